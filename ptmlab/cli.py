@@ -1,0 +1,83 @@
+"""``ptmlab <verb>``: each verb lives in ``ptmlab/commands/<verb>.py`` and registers its own parser.
+
+Errors in the user's input (``PtmlabError``) print one line and exit with code 2; set ``PTMLAB_DEBUG=1`` to see
+tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from ptmlab.core.errors import PtmlabError
+
+# One module per verb group; each defines ``register(subparsers)`` and sets ``func`` on its parser.
+COMMAND_MODULES = [
+    "ptmlab.commands.finetune",
+    "ptmlab.commands.evaluate",
+    # "ptmlab.commands.glue",
+    # "ptmlab.commands.models",
+    # "ptmlab.commands.report",
+    # "ptmlab.commands.study",
+    # "ptmlab.commands.demo",
+]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error on one line with exit code 2."""
+
+    def error(self, message: str):  # noqa: D401
+        self.exit(2, f"error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ptmlab", description="Transfer learning with pre-trained language models.")
+    from ptmlab import __version__
+
+    parser.add_argument("--version", action="version", version=f"ptmlab {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def _quiet_libraries() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message=".*TypedStorage.*")
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet_libraries()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        rc = args.func(args)
+        return int(rc or 0)
+    except PtmlabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # an unexpected failure: still one line unless debugging
+        if os.environ.get("PTMLAB_DEBUG"):
+            raise
+        print(f"error: internal error {type(e).__name__}: {e} (rerun with PTMLAB_DEBUG=1 for a traceback)",
+              file=sys.stderr)
+        return 1

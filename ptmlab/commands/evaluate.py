@@ -1,0 +1,68 @@
+"""``ptmlab evaluate``: score a run directory or any model on a task's dev (and test) split."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from ptmlab.core.config import add_config_args, opt, resolve_config
+from ptmlab.train.args import DataArgs
+
+
+@dataclass
+class EvaluateConfig(DataArgs):
+    split: str = opt("dev", "split to evaluate: dev, test or train")
+    eval_batch_size: int = opt(128, "batch size")
+    precision: str = opt("fp32", "fp32 or bf16 (autocast)", choices=["auto", "fp32", "bf16"])
+    seed: int = opt(42, "seed for --max-eval subsets")
+    output: str | None = opt(None, "write the metrics as JSON to this file")
+
+    def validate(self) -> None:
+        self.validate_data()
+
+
+def register(sub) -> None:
+    p = sub.add_parser("evaluate", help="evaluate a run directory or model on a task")
+    p.add_argument("model", metavar="RUN_DIR_OR_MODEL")
+    p.add_argument("--config", help="YAML file with options")
+    add_config_args(p, EvaluateConfig)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from ptmlab.core.errors import PtmlabError
+    from ptmlab.core.io import atomic_write_json
+    from ptmlab.core.seed import configure_threads
+    from ptmlab.data.encode import encode_split
+    from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.train.evaluate import evaluate, resolve_precision
+    from ptmlab.train.finetune import label_names, load_task_data
+
+    configure_threads()
+    cfg = resolve_config(EvaluateConfig, args, args.config)
+    cfg.max_train = 1
+    data = load_task_data(cfg)
+    split = data.split(cfg.split)
+    if split.label is None:
+        raise PtmlabError(f"the '{cfg.split}' split of task '{data.spec.name}' has no labels: evaluate 'dev'")
+    model = load_model(args.model)
+    spec = data.spec
+    names = label_names(data)
+    if model.config.num_labels != spec.num_labels:
+        raise PtmlabError(f"model '{args.model}' has {model.config.num_labels} outputs but task '{spec.name}' "
+                          f"needs {spec.num_labels}: evaluate it on the task it was trained for")
+    saved = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    if names and saved != names and not all(s.startswith("LABEL_") for s in saved):
+        raise PtmlabError(f"model labels {saved} differ from task labels {names}: use the matching task")
+    tokenizer = load_tokenizer(args.model)
+    enc = encode_split(tokenizer, split, cfg.max_length)
+    metrics, _ = evaluate(model, enc, spec, tokenizer.pad_token_id or 0, cfg.eval_batch_size,
+                          resolve_precision(cfg.precision))
+    result = {"model": args.model, "task": spec.name, "split": cfg.split, "examples": len(split),
+              "metrics": metrics}
+    if cfg.output:
+        atomic_write_json(cfg.output, result)
+    print(json.dumps(result, indent=2))
+    return 0

@@ -1,0 +1,49 @@
+"""``ptmlab finetune``: fine-tune a model on a task into a run directory (``--resume RUN`` continues one)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ptmlab.core.config import add_config_args, build_config, resolve_config
+from ptmlab.core.errors import PtmlabError
+from ptmlab.train.args import FinetuneConfig
+
+
+def register(sub) -> None:
+    p = sub.add_parser("finetune", help="fine-tune a model on a task",
+                       description="Fine-tune a pretrained encoder on a task; writes a run directory.")
+    p.add_argument("--config", help="YAML file with options (flags override it)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a killed run exactly where it stopped")
+    add_config_args(p, FinetuneConfig)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ptmlab.train.finetune import run_finetune
+
+    if args.resume:
+        from ptmlab.core.rundir import RunDir
+
+        saved = RunDir.open(args.resume).read_config()
+        saved.pop("command", None)
+        saved["output"] = args.resume
+        cfg = build_config(FinetuneConfig, saved, source=f"{args.resume}/config.yaml")
+        summary = run_finetune(cfg, resume=True)
+    else:
+        cfg = resolve_config(FinetuneConfig, args, args.config)
+        if not cfg.output:
+            raise PtmlabError("no output directory: pass --output RUN_DIR")
+        summary = run_finetune(cfg)
+    print_summary(summary, cfg.output)
+    return 0
+
+
+def print_summary(summary: dict, output: str) -> None:
+    import os
+
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    metrics = ", ".join(f"{k}={v:.4f}" for k, v in summary["metrics"].items())
+    print(f"{summary['task']} / {summary['model']} ({summary['strategy']}): dev {metrics}; "
+          f"{summary['train_seconds']:.1f}s train, {summary['train_examples_per_second']:.1f} ex/s")
+    print(f"run directory: {output}")

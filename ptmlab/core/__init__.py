@@ -1,0 +1,1 @@
+"""Shared mechanics: errors, configs, registries, run directories, seeding, progress, atomic I/O."""

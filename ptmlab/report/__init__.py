@@ -1,0 +1,1 @@
+"""HTML reports with embedded plots, and comparison of runs."""

@@ -1,0 +1,1 @@
+"""The one training loop, optimizers and schedules, fine-tuning strategies, checkpoints and evaluation."""

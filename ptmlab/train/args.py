@@ -1,0 +1,110 @@
+"""Config dataclasses shared by every command that trains: model, data and training options.
+
+Commands compose them by inheritance (``FinetuneConfig(ModelArgs, DataArgs, TrainArgs)``); each field is a CLI
+flag and a YAML key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ptmlab.core.config import opt
+from ptmlab.core.errors import PtmlabError
+
+
+@dataclass
+class ModelArgs:
+    model: str = opt("minilm", "zoo name (minilm, mpnet, tiny), model directory, run directory or hub id")
+
+
+@dataclass
+class DataArgs:
+    task: str = opt("tweets", "task name (cola sst2 mrpc stsb rte wnli tweets), a name for --train-file data, "
+                              "or hf:NAME[:CONFIG]")
+    glue_dir: str | None = opt(None, "GLUE data directory (default ../shared/data/glue when present)")
+    train_file: str | None = opt(None, "training data (.csv, .tsv or .jsonl)")
+    dev_file: str | None = opt(None, "development data for evaluation")
+    test_file: str | None = opt(None, "test data")
+    text_col: str = opt("text", "text column of --train-file data")
+    text_pair_col: str | None = opt(None, "second text column for pair tasks")
+    label_col: str = opt("label", "label column of --train-file data")
+    label_kind: str = opt("classification", "classification or regression (for --train-file data)",
+                          choices=["classification", "regression"])
+    max_train: int | None = opt(None, "use the first N training examples after a seeded shuffle")
+    max_eval: int | None = opt(None, "use the first N evaluation examples after a seeded shuffle")
+    max_length: int = opt(128, "truncate inputs to this many tokens")
+
+    def validate_data(self) -> None:
+        if self.max_length < 8 or self.max_length > 8192:
+            raise PtmlabError(f"--max-length {self.max_length} is out of range: use 8..8192 (models take <=512)")
+        for name in ("max_train", "max_eval"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise PtmlabError(f"--{name.replace('_', '-')} must be >= 0, got {v}")
+
+
+@dataclass
+class TrainArgs:
+    output: str | None = opt(None, "run directory to create")
+    epochs: float = opt(3.0, "training epochs (fractions allowed)")
+    max_steps: int = opt(0, "stop after this many optimizer steps (0: use --epochs)")
+    batch_size: int = opt(32, "global batch size per optimizer step (split across processes)")
+    grad_accum: int = opt(1, "micro-batches per optimizer step (the batch size is split into them)")
+    eval_batch_size: int = opt(128, "evaluation batch size")
+    lr: float = opt(5e-5, "peak learning rate")
+    weight_decay: float = opt(0.01, "AdamW weight decay (not applied to biases and LayerNorms)")
+    warmup: float = opt(0.06, "warm-up as a fraction of training steps (linear and cosine schedules)")
+    schedule: str = opt("linear", "learning-rate schedule: linear, cosine, stlr, constant")
+    stlr_cut_frac: float = opt(0.1, "slanted triangular: fraction of steps spent increasing the rate")
+    stlr_ratio: float = opt(32.0, "slanted triangular: ratio of the peak to the lowest rate")
+    strategy: str = opt("full", "fine-tuning strategy: full, frozen, gradual-unfreeze, adapter, lora, ulmfit")
+    llrd: float = opt(1.0, "layer-wise learning-rate decay factor (discriminative fine-tuning); 1 = off")
+    unfreeze_every: int = opt(0, "gradual-unfreeze: steps between unfreezing groups (0: one group per epoch)")
+    adapter_size: int = opt(64, "bottleneck size of adapters")
+    lora_r: int = opt(8, "LoRA rank")
+    lora_alpha: int = opt(16, "LoRA scaling alpha")
+    lora_dropout: float = opt(0.1, "LoRA dropout")
+    max_grad_norm: float = opt(1.0, "gradient clipping norm (0: off)")
+    eval_steps: int = opt(0, "evaluate every N steps (0: at the end of each epoch)")
+    save_steps: int = opt(0, "write a resumable checkpoint every N steps (0: at each evaluation)")
+    logging_steps: int = opt(10, "log the training loss every N steps")
+    early_stopping: int = opt(0, "stop after N evaluations without improvement (0: off)")
+    keep_best: bool = opt(True, "keep the best evaluated weights as the final model")
+    seed: int = opt(42, "random seed for every RNG")
+    precision: str = opt("auto", "fp32, bf16, or auto (bf16 autocast where the hardware supports it)",
+                         choices=["auto", "fp32", "bf16"])
+    group_by_length: bool = opt(True, "batch examples of similar length together (less padding)")
+    overwrite: bool = opt(False, "replace an existing run in --output")
+    test: bool = opt(True, "evaluate on the test split at the end when it has labels")
+
+    def validate_train(self) -> None:
+        from ptmlab.train.optim import SCHEDULES
+        from ptmlab.train.strategies import STRATEGIES
+
+        if not self.lr > 0:
+            raise PtmlabError(f"--lr must be positive, got {self.lr}")
+        if not self.epochs > 0 and self.max_steps <= 0:
+            raise PtmlabError(f"--epochs must be positive, got {self.epochs}")
+        for name in ("batch_size", "grad_accum", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise PtmlabError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.batch_size % self.grad_accum:
+            raise PtmlabError(f"--batch-size {self.batch_size} must be a multiple of --grad-accum {self.grad_accum}")
+        if not 0 < self.llrd <= 1:
+            raise PtmlabError(f"--llrd must be in (0, 1], got {self.llrd}")
+        if not 0 <= self.warmup < 1:
+            raise PtmlabError(f"--warmup is a fraction in [0, 1), got {self.warmup}")
+        if not 0 < self.stlr_cut_frac < 1:
+            raise PtmlabError(f"--stlr-cut-frac must be in (0, 1), got {self.stlr_cut_frac}")
+        if self.weight_decay < 0:
+            raise PtmlabError(f"--weight-decay must be >= 0, got {self.weight_decay}")
+        SCHEDULES.get(self.schedule)
+        for s in self.strategy.split("+"):
+            STRATEGIES.get(s)
+
+
+@dataclass
+class FinetuneConfig(ModelArgs, DataArgs, TrainArgs):
+    def validate(self) -> None:
+        self.validate_data()
+        self.validate_train()

@@ -1,0 +1,69 @@
+"""Batched, length-sorted inference and task metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ptmlab.core.progress import progress
+from ptmlab.data.batching import collate, eval_batches
+from ptmlab.data.encode import Encoded
+from ptmlab.data.metrics import compute_metrics
+from ptmlab.data.tasks import TaskSpec
+from ptmlab.models.loader import model_inputs
+
+
+def autocast_ctx(precision: str, device: torch.device):
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def resolve_precision(precision: str, device: torch.device | None = None) -> str:
+    """'auto' -> bf16 where matmuls in bf16 are fast (CUDA with bf16, CPUs with AVX512-BF16/AMX), else fp32."""
+    if precision != "auto":
+        return precision
+    device = device or torch.device("cpu")
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    try:
+        fast = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    except AttributeError:  # pragma: no cover
+        fast = False
+    return "bf16" if fast else "fp32"
+
+
+@torch.no_grad()
+def predict_logits(model, enc: Encoded, pad_id: int, batch_size: int = 128, precision: str = "fp32",
+                   desc: str = "evaluate") -> np.ndarray:
+    """Logits for every example, in the original order."""
+    model.eval()
+    device = next(model.parameters()).device
+    out: list[np.ndarray | None] = [None] * len(enc)
+    batches = eval_batches(enc.lengths, batch_size)
+    for idx in progress(batches, desc=desc, disable=None if len(enc) > 2000 else True):
+        batch = collate(enc, idx, pad_id)
+        inputs = {k: v.to(device) for k, v in model_inputs(model, batch).items()}
+        with autocast_ctx(precision, device):
+            logits = model(**inputs).logits.float().cpu().numpy()
+        for row, i in enumerate(idx):
+            out[i] = logits[row]
+    return np.stack(out) if out else np.zeros((0, 1))
+
+
+def logits_to_predictions(logits: np.ndarray, spec: TaskSpec) -> np.ndarray:
+    if spec.kind == "regression":
+        return logits[:, 0]
+    return logits.argmax(-1)
+
+
+def evaluate(model, enc: Encoded, spec: TaskSpec, pad_id: int, batch_size: int = 128,
+             precision: str = "fp32") -> tuple[dict[str, float], np.ndarray]:
+    """Official metrics of the task (and the predictions)."""
+    logits = predict_logits(model, enc, pad_id, batch_size, precision)
+    preds = logits_to_predictions(logits, spec)
+    if enc.labels is None:
+        return {}, preds
+    return compute_metrics(spec.metrics, preds, enc.labels), preds

@@ -1,0 +1,103 @@
+"""Parameter groups by depth (for discriminative learning rates and gradual unfreezing), AdamW, schedules."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ptmlab.core.errors import PtmlabError
+from ptmlab.core.registry import Registry
+
+SCHEDULES: Registry = Registry("schedule")
+
+
+def depth_groups(model) -> list[tuple[str, list[str]]]:
+    """Parameter names grouped from the top of the network down: head, layer L-1, ..., layer 0, embeddings.
+
+    Models without a structure map form a single group.
+    """
+    from ptmlab.models.structure import structure_of
+
+    names = [n for n, _ in model.named_parameters()]
+    try:
+        s = structure_of(model)
+    except PtmlabError:
+        return [("all", names)]
+    n_layers = s.num_layers(model)
+    emb_prefix = f"{s.base}.{s.embeddings}."
+    layer_of: dict[str, int] = {}
+    for n in names:
+        for i in range(n_layers):
+            if n.startswith(s.layer_prefix(i)):
+                layer_of[n] = i
+                break
+    groups: list[tuple[str, list[str]]] = [("head", [n for n in names if n not in layer_of
+                                                     and not n.startswith(emb_prefix)])]
+    for i in reversed(range(n_layers)):
+        groups.append((f"layer.{i}", [n for n in names if layer_of.get(n) == i]))
+    groups.append(("embeddings", [n for n in names if n.startswith(emb_prefix)]))
+    return [g for g in groups if g[1]]
+
+
+def _no_decay(name: str) -> bool:
+    return name.endswith("bias") or "layernorm" in name.lower().replace("_", "")
+
+
+def build_optimizer(model, lr: float, weight_decay: float, llrd: float = 1.0) -> torch.optim.Optimizer:
+    """AdamW with one pair of groups per depth; with ``llrd`` < 1 the rate shrinks by that factor per layer
+    below the top one (head and top layer: lr; layer i: lr * llrd**(L-1-i); embeddings: lr * llrd**L)."""
+    params = dict(model.named_parameters())
+    groups = []
+    for depth, (gname, names) in enumerate(depth_groups(model)):
+        scale = llrd ** max(depth - 1, 0)
+        for decay in (True, False):
+            ps = [params[n] for n in names if _no_decay(n) != decay]
+            if ps:
+                groups.append({"params": ps, "lr": lr * scale, "weight_decay": weight_decay if decay else 0.0,
+                               "group": gname})
+    return torch.optim.AdamW(groups, lr=lr, fused=False)
+
+
+@SCHEDULES.register("linear", help="linear warm-up then linear decay to zero")
+def _linear(total: int, warmup: int, cfg):
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return f
+
+
+@SCHEDULES.register("cosine", help="linear warm-up then cosine decay to zero")
+def _cosine(total: int, warmup: int, cfg):
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        p = (step - warmup) / max(1, total - warmup)
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, p)))
+
+    return f
+
+
+@SCHEDULES.register("stlr", help="slanted triangular (ULMFiT): short linear rise, long linear decay")
+def _stlr(total: int, warmup: int, cfg):
+    cut_frac, ratio = cfg.stlr_cut_frac, cfg.stlr_ratio
+    cut = max(1, math.floor(total * cut_frac))
+
+    def f(step: int) -> float:
+        t = step + 1
+        p = t / cut if t < cut else 1 - (t - cut) / max(1.0, cut * (1 / cut_frac - 1))
+        return (1 + max(0.0, p) * (ratio - 1)) / ratio
+
+    return f
+
+
+@SCHEDULES.register("constant", help="constant rate after warm-up")
+def _constant(total: int, warmup: int, cfg):
+    return lambda step: min(1.0, (step + 1) / max(1, warmup)) if warmup else 1.0
+
+
+def build_scheduler(optimizer, name: str, total_steps: int, cfg) -> torch.optim.lr_scheduler.LambdaLR:
+    warmup = int(round(cfg.warmup * total_steps)) if name in ("linear", "cosine", "constant") else 0
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, SCHEDULES.get(name)(total_steps, warmup, cfg))

@@ -1,0 +1,153 @@
+"""Fine-tuning strategies: which parameters train, when, and what the saved model looks like.
+
+Each strategy is a small class registered under the name ``--strategy`` uses. The loop calls ``prepare`` before
+building the optimizer, ``update`` before every optimizer step (gradual unfreezing changes what trains), and
+``finalize`` before saving (LoRA merges into the base weights).
+"""
+
+from __future__ import annotations
+
+from ptmlab.core.registry import Registry
+from ptmlab.models.structure import structure_of
+from ptmlab.train.optim import depth_groups
+
+STRATEGIES: Registry = Registry("strategy")
+
+
+class Strategy:
+    name = "full"
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.frozen: set[str] = set()  # parameter names whose gradients are dropped before each step
+
+    def prepare(self, model):
+        return model
+
+    def update(self, model, step: int, epoch: int, steps_per_epoch: int) -> None:
+        """Called before every step; may change ``self.frozen``."""
+
+    def apply_frozen(self, model) -> None:
+        """Drop gradients of frozen parameters (AdamW then leaves them, and their moments, untouched)."""
+        if not self.frozen:
+            return
+        for n, p in _unwrap(model).named_parameters():
+            if n in self.frozen:
+                p.grad = None
+
+    def finalize(self, model):
+        return model
+
+    def extra_save(self, model, out_dir) -> None:
+        """Write strategy-specific files next to the saved model (adapters, LoRA weights)."""
+
+
+def _unwrap(model):
+    return getattr(model, "module", model)
+
+
+def trainable_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def _head_names(model) -> set[str]:
+    return set(depth_groups(model)[0][1]) if depth_groups(model)[0][0] == "head" else set()
+
+
+@STRATEGIES.register("full", help="train every parameter")
+class Full(Strategy):
+    name = "full"
+
+
+@STRATEGIES.register("frozen", help="feature extraction: encoder frozen, task head (and pooler) trained")
+class Frozen(Strategy):
+    name = "frozen"
+
+    def prepare(self, model):
+        head = _head_names(model)
+        for n, p in model.named_parameters():
+            p.requires_grad = n in head
+        return model
+
+
+@STRATEGIES.register("gradual-unfreeze", help="ULMFiT: start with the head, unfreeze one layer group per epoch "
+                                              "(or every --unfreeze-every steps) from the top")
+class GradualUnfreeze(Strategy):
+    name = "gradual-unfreeze"
+
+    def prepare(self, model):
+        self.groups = depth_groups(model)
+        self.stage = -1
+        return model
+
+    def update(self, model, step, epoch, steps_per_epoch):
+        every = self.cfg.unfreeze_every or steps_per_epoch
+        stage = min(step // max(1, every), len(self.groups) - 1)
+        if stage == self.stage:
+            return
+        self.stage = stage
+        self.frozen = {n for _, names in self.groups[stage + 1:] for n in names}
+        import torch.distributed as dist
+
+        distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        if not distributed:  # one process: skip the backward pass through frozen layers entirely
+            for n, p in _unwrap(model).named_parameters():
+                p.requires_grad = n not in self.frozen
+
+
+@STRATEGIES.register("ulmfit", help="ULMFiT recipe: gradual unfreezing + slanted triangular schedule + "
+                                    "discriminative rates (llrd 1/2.6 unless set)")
+class Ulmfit(GradualUnfreeze):
+    name = "ulmfit"
+
+
+@STRATEGIES.register("adapter", help="Houlsby bottleneck adapters; only adapters, LayerNorms and head train")
+class AdapterStrategy(Strategy):
+    name = "adapter"
+
+    def prepare(self, model):
+        from ptmlab.models.adapters import adapter_trainable_names, add_adapters
+
+        add_adapters(model, size=self.cfg.adapter_size)
+        keep = set(adapter_trainable_names(model))
+        for n, p in model.named_parameters():
+            p.requires_grad = n in keep
+        return model
+
+    def extra_save(self, model, out_dir) -> None:
+        from ptmlab.models.adapters import save_adapters
+
+        save_adapters(_unwrap(model), out_dir / "adapter")
+
+
+@STRATEGIES.register("lora", help="LoRA on attention query/value (peft); merged into the weights when saved")
+class Lora(Strategy):
+    name = "lora"
+
+    def prepare(self, model):
+        from peft import LoraConfig, TaskType, get_peft_model
+
+        s = structure_of(model)
+        targets = sorted({s.query.split(".")[-1], s.value.split(".")[-1]})
+        extra = [h.split(".")[-1] for h in s.head] + ([s.pooler] if s.pooler else [])
+        conf = LoraConfig(task_type=TaskType.SEQ_CLS, r=self.cfg.lora_r, lora_alpha=self.cfg.lora_alpha,
+                          lora_dropout=self.cfg.lora_dropout, target_modules=targets, modules_to_save=extra)
+        return get_peft_model(model, conf)
+
+    def extra_save(self, model, out_dir) -> None:
+        import shutil
+        import tempfile
+
+        tmp = tempfile.mkdtemp(prefix=".lora-", dir=out_dir)
+        _unwrap(model).save_pretrained(tmp, safe_serialization=True)
+        shutil.rmtree(out_dir / "lora", ignore_errors=True)
+        import os
+
+        os.replace(tmp, out_dir / "lora")
+
+    def finalize(self, model):
+        return _unwrap(model).merge_and_unload()
+
+
+def make_strategy(cfg) -> Strategy:
+    return STRATEGIES.get(cfg.strategy)(cfg)
