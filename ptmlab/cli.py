@@ -17,11 +17,12 @@ from ptmlab.core.errors import PtmlabError
 COMMAND_MODULES = [
     "ptmlab.commands.finetune",
     "ptmlab.commands.evaluate",
-    # "ptmlab.commands.glue",
-    # "ptmlab.commands.models",
-    # "ptmlab.commands.report",
-    # "ptmlab.commands.study",
-    # "ptmlab.commands.demo",
+    "ptmlab.commands.glue",
+    "ptmlab.commands.models",
+    "ptmlab.commands.report",
+    "ptmlab.commands.study",
+    "ptmlab.commands.demo",
+    "ptmlab.commands.tokenizer",
 ]
 
 

@@ -127,11 +127,12 @@ def _check_cols(cols: list[str], wanted: dict[str, str | int | None], path: Path
             raise PtmlabError(f"column '{c}' ({flag}) not found in '{path}': columns are {shown}; set {flag}")
 
 
-def rows_to_split(spec: TaskSpec, path: Path, rows: list[dict], labelled: bool, label_names=None) -> Split:
+def rows_to_split(spec: TaskSpec, path: Path, rows: list[dict], labelled: bool, label_names=None,
+                  first_line: int | None = None) -> Split:
     """Turn rows into a Split, validating text and labels."""
     texts, pairs, labels, ids = [], [] if spec.is_pair else None, [] if labelled else None, []
     label_ids = {v: i for i, v in enumerate(label_names or spec.labels)}
-    first = 2 if spec.header else 1
+    first = first_line if first_line is not None else (2 if spec.header else 1)
     for n, row in enumerate(rows):
         line = n + first
         t = _col(row, spec.text_col, path, line)
@@ -260,7 +261,8 @@ def load_files(name: str, files: dict[str, str | None], text_col: str, pair_col:
     spec = TaskSpec(name, label_kind, labels, ("accuracy", "macro_f1") if label_kind == "classification"
                     else ("pearson", "spearman"), text_col=text_col, pair_col=pair_col, label_col=label_col,
                     id_col=None)
-    splits = {s: rows_to_split(spec, p, rows, labelled) for s, (p, rows, labelled) in loaded.items()}
+    splits = {s: rows_to_split(spec, p, rows, labelled, first_line=1 if p.suffix.lower() in (".jsonl", ".json")
+                               else 2) for s, (p, rows, labelled) in loaded.items()}
     return TaskData(spec, splits)
 
 

@@ -37,7 +37,7 @@ def _model_class(task_head: bool):
     return AutoModelForSequenceClassification if task_head else AutoModel
 
 
-def load_from_dir(path: str, overrides: dict, task_head: bool = True):
+def load_from_dir(path: str, overrides: dict, task_head: bool = True, attn_implementation: str | None = None):
     from transformers import AutoConfig
 
     try:
@@ -46,7 +46,7 @@ def load_from_dir(path: str, overrides: dict, task_head: bool = True):
         raise PtmlabError(f"cannot read the model config in '{path}': {e}") from None
     mods = getattr(config, "ptmlab_modifications", None)
     cls = _model_class(task_head)
-    attn = overrides.get("attn_implementation")
+    attn = attn_implementation
     if not mods:
         try:
             return cls.from_pretrained(path, config=config, attn_implementation=attn)

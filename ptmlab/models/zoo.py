@@ -84,7 +84,7 @@ def load_tokenizer(name: str):
 
 def load_model(name: str, num_labels: int | None = None, regression: bool = False,
                label_names: list[str] | None = None, attn_implementation: str | None = None,
-               task_head: bool = True):
+               task_head: bool = True, dropout: float | None = None):
     """A model for sequence classification/regression (or the bare encoder with ``task_head=False``).
 
     Zoo names and directories load their weights; ``tiny`` is built from its config with random weights;
@@ -105,15 +105,17 @@ def load_model(name: str, num_labels: int | None = None, regression: bool = Fals
         if label_names:
             kwargs["id2label"] = dict(enumerate(label_names))
             kwargs["label2id"] = {n: i for i, n in enumerate(label_names)}
-    if attn_implementation:
-        kwargs["attn_implementation"] = attn_implementation
+    if dropout is not None:
+        if not 0 <= dropout < 1:
+            raise PtmlabError(f"--dropout must be in [0, 1), got {dropout}")
+        kwargs.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, classifier_dropout=dropout)
     if entry is not None and entry.random_config is not None:
         from transformers import AutoModel, AutoModelForSequenceClassification
 
         config = AutoConfig.from_pretrained(path, **entry.random_config, **kwargs)
         cls = AutoModelForSequenceClassification if task_head else AutoModel
         return cls.from_config(config, attn_implementation=attn_implementation or "sdpa")
-    return load_from_dir(path, kwargs, task_head=task_head)
+    return load_from_dir(path, kwargs, task_head=task_head, attn_implementation=attn_implementation)
 
 
 def describe(name: str) -> dict:

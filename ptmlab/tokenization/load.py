@@ -1,7 +1,8 @@
 """Load any tokenizer by name or path: ``minilm``, ``xlmr``, a HF tokenizer/model directory, a tokenizer.json.
 
 Every tokenizer is measured through the same small view (:class:`LoadedTokenizer`), backed by the fast
-``tokenizers`` object when there is one, so a word counts exactly the pieces ``tokenizer.tokenize(word)`` gives.
+``tokenizers`` object when there is one, so a word counts exactly the pieces ``tokenizer.tokenize(word)``
+gives.
 """
 
 from __future__ import annotations
@@ -84,10 +85,18 @@ class LoadedTokenizer:
         return self.hf
 
 
+def from_backend(backend, name: str, source: str = "") -> LoadedTokenizer:
+    """Measure a ``tokenizers.Tokenizer`` held in memory (a freshly trained one)."""
+    return LoadedTokenizer(name=name, source=source or name, backend=backend, unk_id=_unk_id(backend),
+                           vocab_size=backend.get_vocab_size(with_added_tokens=True))
+
+
 def load_tokenizer(spec: str, name: str | None = None) -> LoadedTokenizer:
     """Load ``spec`` (a name in NAMED, a directory, a tokenizer.json, or a hub id when online)."""
     if spec in NAMED:
         path, name = NAMED[spec](), name or spec
+    elif _zoo_path(spec) is not None:
+        path, name = _zoo_path(spec), name or spec
     else:
         path = Path(spec)
         name = name or _name_for(path)
@@ -107,6 +116,13 @@ def load_tokenizer(spec: str, name: str | None = None) -> LoadedTokenizer:
                            unk_id=hf.unk_token_id, vocab_size=len(hf))
 
 
+def _zoo_path(spec: str) -> Path | None:
+    """The directory of a model-zoo name (mpnet, tiny, ...), whose tokenizer is the model's own."""
+    from ptmlab.models.zoo import ZOO, resolve
+
+    return Path(resolve(spec)[0]) if spec in ZOO else None
+
+
 def _name_for(path: Path) -> str:
     if path.name in ("tokenizer.json", "model", "tokenizer") and path.parent.name:
         return path.parent.name
@@ -120,8 +136,9 @@ def _auto_tokenizer(target, spec: str):
         return AutoTokenizer.from_pretrained(str(target))
     except Exception as e:  # transformers raises many kinds here; the user needs one line either way
         if not Path(str(target)).exists():
-            raise PtmlabError(f"tokenizer '{spec}' is not a directory, a tokenizer.json file or one of minilm, "
-                              f"xlmr, and did not load by name ({type(e).__name__}): pass an existing path") from None
+            raise PtmlabError(f"tokenizer '{spec}' is not a directory, a tokenizer.json file or one of "
+                              f"minilm, xlmr, and did not load by name ({type(e).__name__}): pass an "
+                              "existing path") from None
         return None
 
 
@@ -132,12 +149,11 @@ def _from_file(path: Path, name: str, spec: str) -> LoadedTokenizer:
         backend = Tokenizer.from_file(str(path))
     except Exception as e:  # a broken or foreign JSON file
         first = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
-        raise PtmlabError(f"tokenizer file '{spec}' does not load ({first}): pass a tokenizer.json written by "
-                          "the tokenizers library") from None
+        raise PtmlabError(f"tokenizer file '{spec}' does not load ({first}): pass a tokenizer.json written "
+                          "by the tokenizers library") from None
     backend.no_padding()
     backend.no_truncation()
-    return LoadedTokenizer(name=name, source=str(path), backend=backend, unk_id=_unk_id(backend),
-                           vocab_size=backend.get_vocab_size(with_added_tokens=True))
+    return from_backend(backend, name, str(path))
 
 
 def _unk_id(backend) -> int | None:

@@ -15,6 +15,7 @@ from ptmlab.core.errors import PtmlabError
 @dataclass
 class ModelArgs:
     model: str = opt("minilm", "zoo name (minilm, mpnet, tiny), model directory, run directory or hub id")
+    dropout: float | None = opt(None, "override the model's dropout probabilities (0 disables dropout)")
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from pathlib import Path
 
@@ -66,7 +67,7 @@ def build_model(cfg, data: TaskData):
 
     spec = data.spec
     model = load_model(cfg.model, num_labels=spec.num_labels, regression=spec.kind == "regression",
-                       label_names=label_names(data))
+                       label_names=label_names(data), dropout=getattr(cfg, "dropout", None))
     return model
 
 
@@ -81,18 +82,22 @@ def run_finetune(cfg: FinetuneConfig, resume: bool = False, command: str = "fine
 
     configure_threads()
     cfg = apply_recipes(cfg)
+    main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 writes
     if not resume:
         if not cfg.output:
             raise PtmlabError("no output directory: pass --output RUN_DIR")
-        check_output_dir(Path(cfg.output), cfg.overwrite)
+        if main_process:
+            check_output_dir(Path(cfg.output), cfg.overwrite)
     set_seed(cfg.seed)
     data = load_task_data(cfg)  # all input checks happen before anything is written
     spec = data.spec
     tokenizer = load_tokenizer(cfg.model)
     set_seed(cfg.seed)
     model = build_model(cfg, data)
-    run = RunDir.open(cfg.output) if resume else RunDir.create(cfg.output, cfg.overwrite)
-    if not resume:
+    if resume or not main_process:
+        run = RunDir(cfg.output) if not main_process else RunDir.open(cfg.output)
+    else:
+        run = RunDir.create(cfg.output, cfg.overwrite)
         run.write_config(config_to_dict(cfg), command)
     pad_id = tokenizer.pad_token_id or 0
     enc: dict[str, Encoded] = {name: encode_split(tokenizer, split, cfg.max_length)
@@ -101,8 +106,12 @@ def run_finetune(cfg: FinetuneConfig, resume: bool = False, command: str = "fine
 
     precision = resolve_precision(cfg.precision)
 
+    evals: dict[int, tuple] = {}  # step -> (metrics, predictions): the final model reuses its evaluation
+
     def evaluate_fn(m):
-        return evaluate(m, enc["dev"], spec, pad_id, cfg.eval_batch_size, precision)[0]
+        metrics, preds = evaluate(m, enc["dev"], spec, pad_id, cfg.eval_batch_size, precision)
+        evals[trainer.state.step] = (metrics, preds)
+        return metrics
 
     strategy = make_strategy(cfg)
     trainer = Trainer(model, enc["train"], cfg, run, pad_id, strategy=strategy, evaluate_fn=evaluate_fn,
@@ -112,8 +121,12 @@ def run_finetune(cfg: FinetuneConfig, resume: bool = False, command: str = "fine
     trainable = trainable_parameters(trainer.raw_model)
     state = trainer.train()
     model = trainer.final_model()
+    final_step = state.best_step if cfg.keep_best and state.best_step is not None else state.step
     t_eval = time.perf_counter()
-    dev_metrics, dev_preds = evaluate(model, enc["dev"], spec, pad_id, cfg.eval_batch_size, precision)
+    if final_step in evals:
+        dev_metrics, dev_preds = evals[final_step]
+    else:
+        dev_metrics, dev_preds = evaluate(model, enc["dev"], spec, pad_id, cfg.eval_batch_size, precision)
     eval_seconds = time.perf_counter() - t_eval
     test_metrics, test_preds = {}, None
     if cfg.test and "test" in enc:
@@ -162,4 +175,5 @@ def write_predictions(run: RunDir, split_name: str, split, preds: np.ndarray, sp
         "labels": labels, "kind": spec.kind,
         "pred": [float(p) if spec.kind == "regression" else int(p) for p in preds],
         "gold": list(gold) if gold is not None else None,
+        "ids": [i if isinstance(i, int | float) else str(i) for i in split.ids],
     })

@@ -77,7 +77,9 @@ class Trainer:
         self.main_metric = main_metric
         self.sign = 1.0 if greater_is_better else -1.0
         self.precision = resolve_precision(cfg.precision)
-        self.accelerator = Accelerator(mixed_precision="bf16" if self.precision == "bf16" else "no")
+        # cpu=True where there is no GPU: Accelerate then joins a torchrun group over gloo (MULTI_CPU)
+        self.accelerator = Accelerator(mixed_precision="bf16" if self.precision == "bf16" else "no",
+                                       cpu=not torch.cuda.is_available())
         self.world = self.accelerator.num_processes
         self.rank = self.accelerator.process_index
         if cfg.batch_size // cfg.grad_accum < 1:

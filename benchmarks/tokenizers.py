@@ -1,0 +1,131 @@
+"""Benchmark: tokenizer training and fertility counting.
+
+1. Time to train BPE, WordPiece and Unigram on the 5 MB Gutenberg text (13 books) at vocabulary 8,000.
+2. Time to measure fertility and continued words on 1M words (Gutenberg, then tiny-shakespeare) with each
+   trained tokenizer and minilm's: ptmlab (one batched call per distinct word) against the baseline, a plain
+   Python loop over ``tokenizer.tokenize(word)`` for every word. Both must give the same numbers; the ratio is
+   the speed-up.
+
+Run from the project root: ``python benchmarks/tokenizers.py`` (needs ../shared/data). Writes
+``benchmarks/results/tokenizers.json`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("PTMLAB_PROGRESS", "0")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ptmlab.core.io import atomic_write_json  # noqa: E402
+from ptmlab.tokenization.corpora import resolve_sources, shared_data_dir  # noqa: E402
+from ptmlab.tokenization.load import load_tokenizer  # noqa: E402
+from ptmlab.tokenization.metrics import count_words, measure  # noqa: E402
+from ptmlab.tokenization.train import save_tokenizer, scan_sources, train_tokenizer  # noqa: E402
+
+
+def first_words(sources, n: int) -> list[str]:
+    words: list[str] = []
+    for src in sources:
+        for line in src.lines():
+            words.extend(line.split())
+            if len(words) >= n:
+                return words[:n]
+    return words
+
+
+def baseline(hf, words: list[str]) -> tuple[float, float, float]:
+    """The plain loop: tokenize every word on its own in Python. Returns (seconds, fertility, continued)."""
+    start = time.perf_counter()
+    pieces = continued = 0
+    for w in words:
+        n = len(hf.tokenize(w))
+        pieces += n
+        continued += n >= 2
+    return time.perf_counter() - start, pieces / len(words), continued / len(words)
+
+
+def ours(tok, words: list[str]) -> tuple[float, float, float]:
+    start = time.perf_counter()
+    m = measure(tok, count_words(words)).metrics()
+    return time.perf_counter() - start, m["fertility"], m["continued_words"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", default=None, help="shared data folder (default: ../shared/data)")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--words", type=int, default=1_000_000)
+    p.add_argument("--types", default="bpe,wordpiece,unigram")
+    p.add_argument("--compare", default="minilm", help="pretrained tokenizers to time as well (a,b,...)")
+    p.add_argument("--output", default="benchmarks/results/tokenizers.json")
+    a = p.parse_args(argv)
+    data = Path(a.data) if a.data else shared_data_dir()
+    if data is None or not (data / "text" / "gutenberg").is_dir():
+        print("skipped: the shared data folder (../shared/data/text/gutenberg) is not here", file=sys.stderr)
+        return 0
+    import torch
+
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    train_text = resolve_sources([str(data / "text" / "gutenberg")])
+    scan = scan_sources(train_text)
+    eval_words = first_words(resolve_sources([str(data / "text" / "gutenberg"),
+                                              str(data / "text" / "tinyshakespeare.txt")]), a.words)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="ptmlab-bench-tok-") as tmp:
+        specs = []
+        for kind in a.types.split(","):
+            start = time.perf_counter()
+            tok = train_tokenizer(kind, train_text, a.vocab_size, scan=scan)
+            seconds = time.perf_counter() - start
+            save_tokenizer(tok, Path(tmp) / kind, {"type": kind})
+            rows.append({"tokenizer": kind, "train_seconds": round(seconds, 3),
+                         "vocab_size": tok.get_vocab_size()})
+            specs.append((kind, str(Path(tmp) / kind)))
+            print(f"trained {kind} in {seconds:.2f} s", flush=True)
+        for name in filter(None, a.compare.split(",")):
+            rows.append({"tokenizer": name, "train_seconds": None})
+            specs.append((name, name))
+        for row, (name, spec) in zip(rows, specs, strict=True):
+            tok = load_tokenizer(spec, name=name)
+            t_ours, f_ours, c_ours = ours(tok, eval_words)
+            t_base, f_base, c_base = baseline(tok.as_hf(), eval_words)
+            if abs(f_ours - f_base) > 1e-12 or abs(c_ours - c_base) > 1e-12:
+                raise SystemExit(f"{name}: ptmlab and the baseline disagree (fertility {f_ours} vs {f_base})")
+            row.update({"vocab_size": tok.vocab_size, "fertility": f_ours, "continued_words": c_ours,
+                        "eval_seconds": round(t_ours, 3), "baseline_seconds": round(t_base, 3),
+                        "speedup": round(t_base / t_ours, 1)})
+            print(f"measured {name}: {t_ours:.2f} s vs baseline {t_base:.2f} s", flush=True)
+    result = {
+        "benchmark": "tokenizers",
+        "train_text": {"path": str(data / "text" / "gutenberg"), "chars": scan.chars, "lines": scan.lines},
+        "eval_words": len(eval_words),
+        "vocab_size": a.vocab_size,
+        "machine": {"cpus": len(os.sched_getaffinity(0)), "platform": platform.platform(),
+                    "python": platform.python_version(),
+                    "tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM")},
+        "rows": rows,
+    }
+    atomic_write_json(a.output, result)
+    print(f"\ntrain: {scan.chars / 1e6:.1f} M characters; eval: {len(eval_words):,} words; "
+          f"vocab {a.vocab_size}")
+    print(f"{'tokenizer':<10} {'train s':>8} {'fertility':>9} {'continued':>9} {'ptmlab s':>9} {'loop s':>8} "
+          f"{'ratio':>6}")
+    for r in rows:
+        train = f"{r['train_seconds']:.2f}" if r["train_seconds"] is not None else "-"
+        print(f"{r['tokenizer']:<10} {train:>8} {r['fertility']:>9.4f} {r['continued_words']:>9.4f} "
+              f"{r['eval_seconds']:>9.2f} {r['baseline_seconds']:>8.2f} {r['speedup']:>5.1f}x")
+    print(f"wrote {a.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,21 @@
+"""Studies: each source claim as a runnable experiment that prints a verdict with numbers and plots.
+
+A study registers ``run(argv: list[str]) -> int`` under its name in ``STUDIES``; ``ptmlab study NAME ...``
+imports the study modules listed in ``STUDY_MODULES`` and calls it.
+"""
+
+from ptmlab.core.registry import Registry
+
+STUDIES: Registry = Registry("study")
+
+STUDY_MODULES = [
+    "ptmlab.studies.unfreezing",
+]
+
+
+def load_all() -> Registry:
+    import importlib
+
+    for name in STUDY_MODULES:
+        importlib.import_module(name)
+    return STUDIES

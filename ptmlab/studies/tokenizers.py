@@ -1,0 +1,163 @@
+"""Study ``tokenizers`` (ACL 2021 "How Good is Your Tokenizer?", and the tokenizer half of Q5).
+
+Claim: a language-specific tokenizer has lower fertility and fewer continued words than a multilingual one. On
+each language's text this trains BPE, WordPiece and Unigram at one vocabulary size (monolingual), the same
+three on all languages together at the same size (a multilingual tokenizer of equal capacity), and measures
+them with minilm's (English) and XLM-R's (multilingual, 250,002 pieces) tokenizers on held-out text of each
+language.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+from ptmlab.core.config import opt
+from ptmlab.core.errors import PtmlabError
+from ptmlab.studies import STUDIES
+from ptmlab.studies.common import parse_study_args, write_study
+
+
+@dataclass
+class TokenizersArgs:
+    files: list[str] = opt(["en=multi30k:en", "de=multi30k:de"], "training text per language, LANG=SOURCE")
+    eval: list[str] = opt(["en=tatoeba:en", "de=tatoeba:de"], "held-out text per language, LANG=SOURCE")
+    types: list[str] = opt(["bpe", "wordpiece", "unigram"], "tokenizer types to train")
+    vocab_size: int = opt(8000, "vocabulary size of every trained tokenizer")
+    compare: list[str] = opt(["minilm", "xlmr"], "pretrained tokenizers to measure as well")
+    multilingual: list[str] = opt(["xlmr"], "which of --compare are multilingual (the claim's rivals)")
+    joint: bool = opt(True, "also train each type on all languages together (multilingual, same size)")
+    max_lines: int = opt(0, "training lines per source (0: all)")
+    split_punct: bool = opt(False, "split punctuation off words when counting")
+    output: str = opt("runs/study-tokenizers", "output directory")
+
+
+def _by_lang(pairs: list[str], flag: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for pair in pairs:
+        lang, sep, spec = pair.partition("=")
+        if not sep or not lang or not spec:
+            raise PtmlabError(f"{flag} value '{pair}' is not LANG=SOURCE: write e.g. de=multi30k:de")
+        out.setdefault(lang, []).append(spec)
+    return out
+
+
+def _head(sources, n: int):
+    from ptmlab.tokenization.corpora import TextSource
+
+    if n <= 0:
+        return sources
+    return [TextSource(s.name, s.lang, s.origin, lambda s=s: itertools.islice(s.lines(), n)) for s in sources]
+
+
+@STUDIES.register("tokenizers", help="ACL 2021: language-specific tokenizers have lower fertility than "
+                                     "multilingual ones (BPE / WordPiece / Unigram vs minilm vs XLM-R)")
+def run(argv: list[str]) -> int:
+    from ptmlab.tokenization.compare import evaluate, load_all, write_outputs
+    from ptmlab.tokenization.corpora import resolve_sources
+    from ptmlab.tokenization.load import from_backend
+    from ptmlab.tokenization.plots import metric_figure
+    from ptmlab.tokenization.train import resolve_types, save_tokenizer, scan_sources, train_tokenizer
+
+    a = parse_study_args("tokenizers", TokenizersArgs, argv, __doc__)
+    out = Path(a.output)
+    train_specs, eval_specs = _by_lang(a.files, "--files"), _by_lang(a.eval, "--eval")
+    missing = sorted(set(train_specs) - set(eval_specs))
+    if missing:
+        raise PtmlabError(f"no --eval text for language(s) {', '.join(missing)}: add LANG=SOURCE to --eval")
+    types = [t for kind in a.types for t in resolve_types(kind)]
+    corpora = {lang: _head(resolve_sources(specs, lang), a.max_lines) for lang, specs in train_specs.items()}
+    if a.joint and len(corpora) > 1:
+        corpora["joint"] = [s for lang in train_specs for s in corpora[lang]]
+    trained = []
+    for group, sources in corpora.items():
+        scan = scan_sources(sources)
+        for kind in types:
+            print(f"training {kind} on {group} text ({scan.lines:,} lines, vocab {a.vocab_size})", flush=True)
+            tok = train_tokenizer(kind, sources, a.vocab_size, scan=scan)
+            path = out / "tokenizers" / f"{kind}-{group}"
+            save_tokenizer(tok, path, {"type": kind, "group": group, "vocab_size": tok.get_vocab_size(),
+                                       "files": [s.origin for s in sources]})
+            trained.append(from_backend(tok, f"{kind}-{group}", str(path)))
+    held_out = [s for lang, specs in eval_specs.items() for s in resolve_sources(specs, lang)]
+    report = evaluate(trained + load_all(a.compare), held_out, a.split_punct)
+    write_outputs(report, out / "eval")
+    rows = study_rows(report, types, list(train_specs), a.compare)
+    verdict = verdict_text(rows, types, list(train_specs), [m for m in a.multilingual if m in a.compare],
+                           a.vocab_size)
+    figures = []
+    for metric in ("fertility", "continued_words"):
+        table: dict[str, dict] = {}
+        for r in rows:
+            table.setdefault(r["tokenizer"], {})[r["lang"]] = r
+        figures.append((metric_figure(table, metric), metric, f"{metric} per language on held-out text"))
+    write_study(out, "Study: tokenizers (language-specific vs multilingual)", rows, verdict, figures,
+                extra={"vocab_size": a.vocab_size, "metrics_file": str(out / "eval" / "metrics.json")},
+                columns=["lang", "tokenizer", "kind", "vocab_size", "fertility", "continued_words",
+                         "whole_words", "unk_rate", "chars_per_token"])
+    return 0
+
+
+def study_rows(report: dict, types: list[str], langs: list[str], compare: list[str]) -> list[dict]:
+    """One row per language and tokenizer: its own-language tokenizers, the joint ones, and the pretrained."""
+    by_lang, sizes = report["by_language"], report["tokenizers"]
+    rows = []
+    for lang in langs:
+        entries = [(f"{t} (language-specific)", f"{t}-{lang}", "language-specific") for t in types]
+        entries += [(f"{t} (joint)", f"{t}-joint", "multilingual (trained)") for t in types]
+        entries += [(name, name, "pretrained") for name in compare]
+        for label, name, kind in entries:
+            if name in by_lang and lang in by_lang[name]:
+                m = by_lang[name][lang]
+                rows.append({"lang": lang, "tokenizer": label, "kind": kind,
+                             "vocab_size": sizes[name]["vocab_size"],
+                             **{k: m[k] for k in ("fertility", "continued_words", "whole_words", "unk_rate",
+                                                  "chars_per_token")}})
+    return rows
+
+
+def _beats(row: dict, other: dict) -> bool:
+    return row["fertility"] < other["fertility"] and row["continued_words"] < other["continued_words"]
+
+
+def verdict_text(rows: list[dict], types: list[str], langs: list[str], multilingual: list[str],
+                 vocab: int) -> str:
+    """Per multilingual rival: in how many (language, type) cases the language-specific tokenizer beats it."""
+    at = {(r["lang"], r["tokenizer"]): r for r in rows}
+    rivals = [("joint", "the joint tokenizer of the same type and size")] + [(m, m) for m in multilingual]
+    parts, wins, total = [], 0, 0
+    for rival, label in rivals:
+        cases = []
+        for lang, t in itertools.product(langs, types):
+            other = at.get((lang, f"{t} (joint)" if rival == "joint" else rival))
+            mine = at.get((lang, f"{t} (language-specific)"))
+            if mine and other:
+                cases.append((mine, other))
+        if not cases:
+            continue
+        won = sum(_beats(m, o) for m, o in cases)
+        wins, total = wins + won, total + len(cases)
+        mean = [sum(x[i]["fertility"] for x in cases) / len(cases) for i in (0, 1)]
+        size = cases[0][1]["vocab_size"]
+        size_note = f", its vocabulary {size:,} vs {vocab:,}" if rival != "joint" else ""
+        parts.append(f"than {label} in {won}/{len(cases)} (language, type) cases (mean fertility "
+                     f"{mean[0]:.3f} vs {mean[1]:.3f}{size_note})")
+    if not total:
+        return "no language-specific and multilingual tokenizer measured on one language: nothing to compare."
+    word = "supported" if wins == total else "partly supported" if wins * 2 >= total else "not supported"
+    return (f"{word}: language-specific tokenizers have both lower fertility and fewer continued words "
+            f"{'; and '.join(parts)}.{_q5_note(at, langs)}")
+
+
+def _q5_note(at: dict, langs: list[str]) -> str:
+    notes = []
+    for lang in langs:
+        bpe, uni = at.get((lang, "bpe (language-specific)")), at.get((lang, "unigram (language-specific)"))
+        if bpe and uni:
+            lower = "unigram" if uni["fertility"] < bpe["fertility"] else "bpe"
+            notes.append(f"{lang}: {lower} segments into fewer pieces (unigram {uni['fertility']:.3f}, "
+                         f"bpe {bpe['fertility']:.3f})")
+    if not notes:
+        return ""
+    return (" Q5 (tokenization only; the downstream half comes with pretraining): " + "; ".join(notes) + ".")

@@ -1,0 +1,50 @@
+"""Test setup: offline hub, quiet progress bars, a private token cache, and paths to the shared data."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ["PTMLAB_PROGRESS"] = "0"
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+GLUE = SHARED / "glue"
+
+needs_glue = pytest.mark.skipif(not (GLUE / "SST-2" / "train.tsv").is_file(),
+                                reason=f"GLUE data not found at {GLUE} (shared data is absent on this machine)")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory):
+    os.environ["PTMLAB_CACHE"] = str(tmp_path_factory.mktemp("ptmlab-cache"))
+    import torch
+
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
+    yield
+
+
+def run_cli(*args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m ptmlab ARGS`` as a user would; returns the completed process."""
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("PTMLAB_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "ptmlab", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=full_env)
+
+
+def assert_clean_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    """Exit code 2, one line on stderr starting with 'error:', no traceback, and the line names the problem."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error:"), lines[0]
+    for n in needles:
+        assert n.lower() in lines[0].lower(), (n, lines[0])

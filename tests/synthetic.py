@@ -1,0 +1,27 @@
+"""A small learnable text-classification task written to CSV files (no shared data needed)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+POS = ["excellent", "great", "wonderful", "superb", "delightful"]
+NEG = ["terrible", "awful", "boring", "dreadful", "poor"]
+FILL = ["the", "film", "was", "plot", "actors", "a", "really", "story", "and", "music", "scene", "quite"]
+
+
+def write_task(folder: Path, n_train: int = 400, n_dev: int = 100, seed: int = 0) -> dict[str, str]:
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for split, n in (("train", n_train), ("dev", n_dev)):
+        lines = ["text,label"]
+        for _ in range(n):
+            label = rng.random() < 0.5
+            words = rng.choices(FILL, k=rng.randint(3, 12))
+            words.insert(rng.randint(0, len(words)), rng.choice(POS if label else NEG))
+            lines.append(f"{' '.join(words)},{'pos' if label else 'neg'}")
+        p = folder / f"{split}.csv"
+        p.write_text("\n".join(lines) + "\n")
+        paths[split] = str(p)
+    return paths
