@@ -23,7 +23,10 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("PTMLAB_PROGRESS", "0")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# Run as a script, this file's folder leads sys.path and its name would shadow the `tokenizers` library.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
 
 from ptmlab.core.io import atomic_write_json  # noqa: E402
 from ptmlab.tokenization.corpora import resolve_sources, shared_data_dir  # noqa: E402

@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _quiet_libraries() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # offline by default: zoo models and data come from installed packages and local files. Online users set
+    # HF_HUB_OFFLINE=0 (and HF_DATASETS_OFFLINE=0) to load hub ids and hub datasets.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning)

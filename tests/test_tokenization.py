@@ -139,6 +139,11 @@ def test_vocab_smaller_than_alphabet_is_refused(tmp_path):
         train_tokenizer("bpe", src, 10)
     with pytest.raises(PtmlabError, match="--vocab-size 21 or more"):  # no ▁ marker in WordPiece
         train_tokenizer("wordpiece", src, 20)
+    # WordPiece also keeps ##c for each character c seen inside a word: 5 special + 16 + 14 (all but a, k)
+    with pytest.raises(PtmlabError, match="wordpiece needs 35 tokens .* --vocab-size 35 or more"):
+        train_tokenizer("wordpiece", src, 21)
+    assert train_tokenizer("wordpiece", src, 35).get_vocab_size() == 35
+    assert train_tokenizer("bpe", src, 22).get_vocab_size() == 22
     assert not (tmp_path / "out").exists()
     with pytest.raises(PtmlabError):
         train_and_save(["bpe"], src, 10, tmp_path / "out")
@@ -178,11 +183,17 @@ def test_language_from_file_names():
 
 
 @pytest.mark.parametrize("content, why", [(b"", "is empty"), (b"  \n\t\n", "is empty"),
-                                          (b"PK\x03\x04\x00\x00binary", "is binary"),
-                                          ("Grüße".encode("latin-1"), "is not UTF-8")])
+                                          (b"PK\x03\x04\x00\x00binary", "is binary")])
 def test_bad_text_files_are_refused(tmp_path, content, why):
     with pytest.raises(PtmlabError, match=why):
         resolve_sources([str(write(tmp_path / "bad.txt", content))])
+
+
+def test_latin1_lines_are_read_as_windows_1252(tmp_path, capsys):
+    path = write(tmp_path / "old.txt", "Grüße\n".encode() + b"Bruneti\xe8re, C\xe6sar \x93quoted\x94\r\n")
+    (src,) = resolve_sources([str(path)])
+    assert list(src.lines()) == ["Grüße", "Brunetière, Cæsar \u201cquoted\u201d"]
+    assert "not all UTF-8" in capsys.readouterr().err
 
 
 def test_missing_file_and_empty_folder_are_refused(tmp_path):
@@ -190,7 +201,7 @@ def test_missing_file_and_empty_folder_are_refused(tmp_path):
         resolve_sources([str(tmp_path / "nope.txt")])
     (tmp_path / "d").mkdir()
     write(tmp_path / "d" / "x.bin", b"\x00\x01")
-    with pytest.raises(PtmlabError, match="holds no UTF-8 text files"):
+    with pytest.raises(PtmlabError, match="holds no text files"):
         resolve_sources([str(tmp_path / "d")])
 
 

@@ -41,10 +41,29 @@ def run(args: argparse.Namespace) -> int:
     cfg = build_config(FinetuneConfig, {**dataclasses.asdict(d), "task": "tweets", "batch_size": 32,
                                         "test": True}, source="demo")
     summary = run_finetune(cfg, command="demo")
+    from pathlib import Path
+
+    from ptmlab.core.rundir import RunDir
+    from ptmlab.data.loaders import load_task
+    from ptmlab.demo import DemoContext, run_stages, variant_row, variants_section
+    from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.report.run_report import write_run_report
+
+    run_dir = Path(d.output)
+    ctx = DemoContext(d, run_dir, summary)
+    texts = load_task("tweets").splits["test"].text[:64]
+    ctx.variants.append(variant_row(f"{d.model} fine-tuned", load_model(str(run_dir)), load_tokenizer(str(run_dir)),
+                                    summary["test_metrics"], texts, run_dir))
+    ctx.baseline_b32 = ctx.variants[0]["latency_b32_ms"]
+    run_stages(ctx)
+    write_run_report(RunDir(run_dir), [variants_section(ctx)])
     dev = ", ".join(f"{k}={v:.4f}" for k, v in summary["metrics"].items())
     test = ", ".join(f"{k}={v:.4f}" for k, v in summary["test_metrics"].items())
     print(f"dev: {dev}")
     print(f"test: {test}")
     print(f"train: {summary['train_seconds']:.0f}s at {summary['train_examples_per_second']:.0f} examples/s")
-    print(f"report: {d.output}/report.html")
+    from ptmlab.studies.common import print_table
+
+    print_table(ctx.variants)
+    print(f"report: {run_dir / 'report.html'}")
     return 0

@@ -28,6 +28,7 @@ LANG_CODES = {
     "ko": "ko", "kor": "ko", "ar": "ar", "ara": "ar",
 }
 _SNIFF_BYTES = 1 << 16
+_NOTED: set[str] = set()  # files already reported as not all UTF-8 (one note per file and process)
 
 
 @dataclass(frozen=True)
@@ -102,14 +103,14 @@ def _path_sources(spec: str) -> list[TextSource]:
                 continue
             sources.append(file_source(f, name=str(f.relative_to(path))))
         if not sources:
-            raise PtmlabError(f"folder '{spec}' holds no UTF-8 text files: pass a folder of .txt files")
+            raise PtmlabError(f"folder '{spec}' holds no text files: pass a folder of .txt files")
         return sources
     if not path.exists():
         raise PtmlabError(f"text file '{spec}' does not exist: pass an existing file or folder, or one of "
                           f"{', '.join(n + ':...' if n != 'tweets' else n for n in CORPORA.names())}")
     problem = text_file_problem(path)
     if problem:
-        raise PtmlabError(f"{problem}: pass a non-empty UTF-8 text file")
+        raise PtmlabError(f"{problem}: pass a non-empty text file")
     return [file_source(path)]
 
 
@@ -117,47 +118,50 @@ def _hidden(rel: Path) -> bool:
     return any(part.startswith(".") for part in rel.parts)
 
 
-def _open_text(path: Path):
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8-sig")
-    return open(path, encoding="utf-8-sig")
+def _open_bytes(path: Path):
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
 
 
 def text_file_problem(path: Path) -> str | None:
-    """Why ``path`` is not usable text (empty, binary, not UTF-8, not gzip), or None when it is."""
+    """Why ``path`` is not usable text (empty, binary, unreadable), or None when it is."""
     try:
         if path.stat().st_size == 0:
             return f"file '{path}' is empty"
-        opener = gzip.open if path.name.endswith(".gz") else open
-        with opener(path, "rb") as f:
+        with _open_bytes(path) as f:
             head = f.read(_SNIFF_BYTES)
             more = bool(f.read(1))
     except (OSError, EOFError) as e:
         return f"file '{path}' cannot be read ({type(e).__name__}: {e})"
     if b"\x00" in head:
         return f"file '{path}' is binary (it holds NUL bytes)"
-    try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError as e:
-        if not (more and e.start >= len(head) - 3):  # a character cut at the end of the sniffed block is fine
-            return f"file '{path}' is not UTF-8 text (bad byte at offset {e.start})"
-        text = head[: e.start].decode("utf-8")
-    if not more and not text.strip():
+    if not more and not head.decode("utf-8", errors="replace").strip():
         return f"file '{path}' is empty (only whitespace)"
     return None
+
+
+def decode_line(raw: bytes) -> tuple[str, bool]:
+    """A line as text: UTF-8, or else Windows-1252 (old Gutenberg texts mix in Latin-1 bytes). Second value:
+    whether the fallback was needed."""
+    try:
+        return raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return raw.decode("cp1252", errors="replace"), True
 
 
 def file_source(path: Path, name: str | None = None) -> TextSource:
     name = name or path.name
 
     def read() -> Iterator[str]:
-        try:
-            with _open_text(path) as f:
-                for line in f:
-                    yield line.rstrip("\n")
-        except UnicodeDecodeError as e:
-            raise PtmlabError(f"file '{path}' is not UTF-8 text (bad byte at offset {e.start} of a block): "
-                              "convert it to UTF-8") from None
+        with _open_bytes(path) as f:
+            for i, raw in enumerate(f):
+                if i == 0 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]
+                line, fallback = decode_line(raw.rstrip(b"\r\n"))
+                if fallback and str(path) not in _NOTED:
+                    _NOTED.add(str(path))
+                    print(f"note: '{path}' is not all UTF-8; lines that are not are read as Windows-1252",
+                          file=sys.stderr)
+                yield line
 
     return TextSource(name, lang_from_name(path.name), str(path), read)
 

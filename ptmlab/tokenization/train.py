@@ -151,6 +151,10 @@ def train_tokenizer(kind: str, sources: list[TextSource], vocab_size: int, lower
     tok.normalizer = make_normalizer(lowercase)
     with progress(total=scan.lines, desc=f"reading text for {kind}", unit="line", disable=not show) as bar:
         tok.train_from_iterator(_batches(sources, bar), recipe.trainer, length=scan.lines)
+    if tok.get_vocab_size() > vocab_size:  # the trainer keeps the whole alphabet (WordPiece: c and ##c)
+        raise PtmlabError(f"--vocab-size {vocab_size} is smaller than the alphabet of the text: {kind} needs "
+                          f"{tok.get_vocab_size()} tokens for its characters and special tokens alone: use "
+                          f"--vocab-size {tok.get_vocab_size()} or more")
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
@@ -178,11 +182,13 @@ def train_and_save(kinds: list[str], sources: list[TextSource], vocab_size: int,
     scan = scan_sources(sources, lowercase)
     for kind in kinds:
         check_vocab_size(kind, vocab_size, scan)
-    results = {}
-    for kind in kinds:
+    trained = {}
+    for kind in kinds:  # train every type before saving any, so a failure leaves no partial set
         start = time.perf_counter()
         tok = train_tokenizer(kind, sources, vocab_size, lowercase, min_frequency, scan)
-        seconds = time.perf_counter() - start
+        trained[kind] = (tok, time.perf_counter() - start)
+    results = {}
+    for kind, (tok, seconds) in trained.items():
         info = {"type": kind, "vocab_size": tok.get_vocab_size(), "requested_vocab_size": vocab_size,
                 "lowercase": lowercase, "min_frequency": min_frequency, "alphabet": len(scan.alphabet),
                 "lines": scan.lines, "chars": scan.chars, "seconds": round(seconds, 3),

