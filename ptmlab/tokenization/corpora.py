@@ -132,6 +132,8 @@ def text_file_problem(path: Path) -> str | None:
             more = bool(f.read(1))
     except (OSError, EOFError) as e:
         return f"file '{path}' cannot be read ({type(e).__name__}: {e})"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return f"file '{path}' is UTF-16 text: convert it to UTF-8 first"
     if b"\x00" in head:
         return f"file '{path}' is binary (it holds NUL bytes)"
     if not more and not head.decode("utf-8", errors="replace").strip():

@@ -93,10 +93,9 @@ def from_backend(backend, name: str, source: str = "") -> LoadedTokenizer:
 
 def load_tokenizer(spec: str, name: str | None = None) -> LoadedTokenizer:
     """Load ``spec`` (a name in NAMED, a directory, a tokenizer.json, or a hub id when online)."""
-    if spec in NAMED:
-        path, name = NAMED[spec](), name or spec
-    elif _zoo_path(spec) is not None:
-        path, name = _zoo_path(spec), name or spec
+    zoo = None if spec in NAMED else _zoo_path(spec)
+    if spec in NAMED or zoo is not None:
+        path, name = zoo or NAMED[spec](), name or spec
     else:
         path = Path(spec)
         name = name or _name_for(path)

@@ -128,9 +128,9 @@ def load_model(spec: str):
     return path, model
 
 
-def _donor_hidden_size(tokenizer_spec: str) -> int | None:
+def _donor_hidden_size(tokenizer_dir: str) -> int | None:
     """The embedding width of the model a tokenizer directory belongs to, when it is a model directory."""
-    cfg = Path(tokenizer_spec) / "config.json"
+    cfg = Path(tokenizer_dir) / "config.json"
     if not cfg.is_file():
         return None
     try:
@@ -150,10 +150,11 @@ def swap_tokenizer(model_spec: str, tokenizer_spec: str, output: str | Path) -> 
     if old_tok is None:
         raise PtmlabError(f"model '{model_spec}' has no transformers tokenizer to read its pieces: save one "
                           "beside the model with save_pretrained")
-    new_tok = load_tokenizer(tokenizer_spec).as_hf()
+    new = load_tokenizer(tokenizer_spec)
+    new_tok = new.as_hf()
     emb = model.get_input_embeddings()
     width = emb.weight.shape[1]
-    donor = _donor_hidden_size(tokenizer_spec)
+    donor = _donor_hidden_size(new.source)
     if donor is not None and donor != width:
         raise PtmlabError(f"tokenizer '{tokenizer_spec}' comes from a model with hidden size {donor}, but "
                           f"model '{model_spec}' has {width}: swap within one hidden size, or pass a "

@@ -32,7 +32,7 @@ class DataArgs:
     label_kind: str = opt("classification", "classification or regression (for --train-file data)",
                           choices=["classification", "regression"])
     max_train: int | None = opt(None, "use the first N training examples after a seeded shuffle")
-    max_eval: int | None = opt(None, "use the first N evaluation examples after a seeded shuffle")
+    max_eval: int | None = opt(None, "use the first N dev examples after a seeded shuffle (the test split stays whole)")
     max_length: int = opt(128, "truncate inputs to this many tokens")
 
     def validate_data(self) -> None:

@@ -35,9 +35,7 @@ def load_task_data(cfg) -> TaskData:
         data.splits["dev"] = train.select(idx[:cut])
         data.splits["train"] = train.select(idx[cut:])
     data.splits["train"] = subset(data.splits["train"], cfg.max_train, cfg.seed)
-    for name in ("dev", "test"):
-        if name in data.splits:
-            data.splits[name] = subset(data.splits[name], cfg.max_eval, cfg.seed)
+    data.splits["dev"] = subset(data.splits["dev"], cfg.max_eval, cfg.seed)  # the test split stays whole
     if len(data.splits["train"]) == 0:
         raise PtmlabError("the training split is empty: check --max-train and the data files")
     return data
@@ -143,7 +141,7 @@ def run_finetune(cfg: FinetuneConfig, resume: bool = False, command: str = "fine
         "eval_examples": len(enc["dev"]),
         "steps": state.step,
         "epochs": round(state.step / trainer.steps_per_epoch, 4),
-        "train_examples_per_second": round(state.step * cfg.batch_size / max(state.train_seconds, 1e-9), 2),
+        "train_examples_per_second": round(state.examples / max(state.train_seconds, 1e-9), 2),
         "best_step": state.best_step,
         "stopped_early": state.stopped_early,
         "trainable_params": trainable,

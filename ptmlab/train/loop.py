@@ -50,6 +50,7 @@ def task_loss(regression: bool = False) -> LossFn:
 @dataclass
 class LoopState:
     step: int = 0
+    examples: int = 0  # training examples seen (all processes)
     train_seconds: float = 0.0
     best_metric: float | None = None
     best_step: int | None = None
@@ -82,8 +83,6 @@ class Trainer:
                                        cpu=not torch.cuda.is_available())
         self.world = self.accelerator.num_processes
         self.rank = self.accelerator.process_index
-        if cfg.batch_size // cfg.grad_accum < 1:
-            raise ValueError("batch too small")
 
         model = self.strategy.prepare(model)
         self.raw_model = model
@@ -216,7 +215,9 @@ class Trainer:
             if epoch not in epoch_cache:
                 epoch_cache = {epoch: train_batches(lengths, cfg.batch_size, cfg.seed, epoch, cfg.group_by_length)}
             self.strategy.update(self.model, st.step, epoch, self.steps_per_epoch)
-            loss_sum, n = self._train_step(epoch_cache[epoch][b])
+            global_batch = epoch_cache[epoch][b]
+            loss_sum, n = self._train_step(global_batch)
+            st.examples += len(global_batch)
             window_loss += loss_sum
             window_n += n
             st.step += 1

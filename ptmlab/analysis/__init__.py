@@ -1,0 +1,1 @@
+"""Looking inside models: head/layer ablation, attention patterns, attention vs importance, layer-wise anomaly."""

@@ -1,0 +1,39 @@
+"""The model and evaluation split an analysis command works on: a run directory plus a task's dev data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ptmlab.core.errors import PtmlabError
+from ptmlab.data.encode import Encoded, encode_split
+from ptmlab.data.loaders import Split
+from ptmlab.data.tasks import TaskSpec
+
+
+@dataclass
+class AnalysisInput:
+    model: object
+    tokenizer: object
+    split: Split
+    enc: Encoded
+    spec: TaskSpec
+    pad_id: int
+
+
+def load_analysis_input(model_name: str, cfg, attn_implementation: str | None = None) -> AnalysisInput:
+    """The model (eval mode) and the labelled ``cfg.split`` of ``cfg.task``, subset to ``cfg.max_eval``."""
+    from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.train.finetune import load_task_data
+
+    cfg.max_train = 1
+    data = load_task_data(cfg)
+    split = data.split(cfg.split)
+    if split.label is None:
+        raise PtmlabError(f"the '{cfg.split}' split of task '{data.spec.name}' has no labels: analyse 'dev'")
+    model = load_model(model_name, attn_implementation=attn_implementation).eval()
+    if model.config.num_labels != data.spec.num_labels:
+        raise PtmlabError(f"model '{model_name}' has {model.config.num_labels} outputs but task '{data.spec.name}' "
+                          f"needs {data.spec.num_labels}: analyse a model fine-tuned on this task")
+    tokenizer = load_tokenizer(model_name)
+    enc = encode_split(tokenizer, split, cfg.max_length)
+    return AnalysisInput(model, tokenizer, split, enc, data.spec, tokenizer.pad_token_id or 0)

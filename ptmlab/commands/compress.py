@@ -1,0 +1,66 @@
+"""``ptmlab prune`` / ``quantize`` / ``compress``: structured pruning, int8 quantization, and the pipeline."""
+
+from __future__ import annotations
+
+import argparse
+
+from ptmlab.core.config import add_config_args, resolve_config
+
+
+def register(sub) -> None:
+    from ptmlab.compress.pipeline import CompressConfig
+    from ptmlab.compress.prune import PruneConfig
+    from ptmlab.compress.quantize import QuantizeConfig
+
+    p = sub.add_parser("prune", help="remove attention heads, FFN neurons or layers, then recover by fine-tuning",
+                       description="Score heads and FFN neurons, slice out the least important ones (real weight "
+                                   "removal), fine-tune to recover; writes a run directory that `ptmlab evaluate` "
+                                   "loads.")
+    p.add_argument("model", metavar="RUN_DIR_OR_MODEL", help="a fine-tuned run directory or model")
+    p.add_argument("--config", help="YAML file with options (flags override it)")
+    add_config_args(p, PruneConfig, exclude=("model", "epochs"))
+    p.set_defaults(func=_prune)
+
+    q = sub.add_parser("quantize", help="int8 / k-bit quantization with size, latency and dev metric",
+                       description="Measure torch dynamic int8, ONNX fp32 and onnxruntime int8, and simulated k-bit "
+                                   "weights against the fp32 model; writes the ONNX int8 model and a report.")
+    q.add_argument("model", metavar="RUN_DIR_OR_MODEL", help="a fine-tuned run directory or model")
+    q.add_argument("--config", help="YAML file with options (flags override it)")
+    add_config_args(q, QuantizeConfig, exclude=("model",))
+    q.set_defaults(func=_quantize)
+
+    c = sub.add_parser("compress", help="run compression steps in order and tabulate each step's cost",
+                       description="Apply steps (vocab, heads=F, ffn=F, layers=I+J, recover=E, int8) in order; "
+                                   "report size, parameters, latency and dev metric after each, with a Pareto plot.")
+    c.add_argument("model", metavar="RUN_DIR", help="a fine-tuned run directory or model")
+    c.add_argument("--config", help="YAML file with options (flags override it)")
+    add_config_args(c, CompressConfig, exclude=("model",))
+    c.set_defaults(func=_compress)
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from ptmlab.compress.prune import PruneConfig, run_prune
+
+    s = run_prune(resolve_config(PruneConfig, args, args.config))
+    metric = s["main_metric"]
+    before, after = s["dev_unpruned"].get(metric), s["metrics"].get(metric)
+    print(f"heads {s['heads_before']} -> {s['heads']} (per layer {s['heads_per_layer']}); FFN per layer "
+          f"{s['ffn_per_layer']}; params {s['params_before']:,} -> {s['params']:,}")
+    print(f"dev {metric}: {before:.4f} unpruned -> {after:.4f} pruned"
+          + (" (after recovery)" if s["prune_steps"][-1].get(f"dev_recovered_{metric}") is not None else ""))
+    print(f"run directory: {args.output}")
+    return 0
+
+
+def _quantize(args: argparse.Namespace) -> int:
+    from ptmlab.compress.quantize import QuantizeConfig, run_quantize
+
+    run_quantize(resolve_config(QuantizeConfig, args, args.config))
+    return 0
+
+
+def _compress(args: argparse.Namespace) -> int:
+    from ptmlab.compress.pipeline import CompressConfig, run_compress
+
+    run_compress(resolve_config(CompressConfig, args, args.config))
+    return 0

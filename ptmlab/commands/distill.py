@@ -1,0 +1,35 @@
+"""``ptmlab distill``: distil a teacher (run directory or model) into a student run directory."""
+
+from __future__ import annotations
+
+import argparse
+
+from ptmlab.core.config import add_config_args, resolve_config
+from ptmlab.distill.config import DistillConfig
+
+
+def register(sub) -> None:
+    p = sub.add_parser("distill", help="distil a teacher into a smaller student (soft targets, TinyBERT, MiniLM, PKD)",
+                       description="Knowledge distillation: train a student whose loss reads the teacher; writes a "
+                                   "normal run directory (evaluate, report, serve). Matches can be declared in "
+                                   "--config under 'matches:'.")
+    p.add_argument("--config", help="YAML file with options and optional 'matches' (flags override it)")
+    add_config_args(p, DistillConfig)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    from ptmlab.distill.pipeline import run_distill
+
+    cfg = resolve_config(DistillConfig, args, args.config)
+    s = run_distill(cfg)
+    if int(os.environ.get("RANK", "0")) == 0:
+        main = s["main_metric"]
+        print(f"{s['task']}: student {s['model']} dev {main}={s['metrics'][main]:.4f} vs teacher "
+              f"{s['teacher_metrics'][main]:.4f} ({s['retained_pct']}% kept), agreement "
+              f"{s['agreement_with_teacher']:.4f}; {s['params']:,} vs {s['teacher_params']:,} parameters; "
+              f"teacher outputs {s['teacher_cache']}")
+        print(f"run directory: {cfg.output}")
+    return 0

@@ -1,0 +1,68 @@
+"""``ptmlab extract``: copy a served model by querying it; ``ptmlab extract verify-watermark MODEL``: check a
+suspect model for the server's watermark."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ptmlab.core.config import add_config_args, resolve_config
+from ptmlab.core.errors import PtmlabError
+
+
+def register(sub) -> None:
+    from ptmlab.extraction.extract import ExtractConfig
+    from ptmlab.extraction.queries import QUERY_STRATEGIES
+
+    p = sub.add_parser("extract", help="model extraction: copy a served model, or verify a watermark",
+                       description="ptmlab extract --victim URL --key K --task T --strategy random|wiki|task "
+                                   "--budget N --output RUN_DIR  |  ptmlab extract verify-watermark MODEL")
+    p.add_argument("action", nargs="?", choices=["verify-watermark"], help="verify-watermark: test a suspect model")
+    p.add_argument("suspect", nargs="?", metavar="MODEL", help="suspect model directory (for verify-watermark)")
+    p.add_argument("--config", help="YAML file with options (flags override it)")
+    p.add_argument("--strategy", dest="query_strategy", choices=QUERY_STRATEGIES.names(), default=argparse.SUPPRESS,
+                   help="query generator: " + "; ".join(f"{n}: {QUERY_STRATEGIES.help(n)}" for n in QUERY_STRATEGIES))
+    p.add_argument("--key-name", help="verify-watermark: only the records of this key (id or name)")
+    p.add_argument("--alpha", type=float, default=0.01, help="verify-watermark: significance level (default 0.01)")
+    add_config_args(p, ExtractConfig, exclude=("strategy", "query_strategy"))
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "verify-watermark":
+        return verify(args)
+    if args.suspect:
+        raise PtmlabError(f"unexpected argument '{args.suspect}': did you mean "
+                          f"`ptmlab extract verify-watermark MODEL`?")
+    from ptmlab.extraction.extract import ExtractConfig, run_extract
+
+    cfg = resolve_config(ExtractConfig, args, args.config)
+    if not cfg.key and os.environ.get("PTMLAB_VICTIM_KEY"):
+        cfg.key = os.environ["PTMLAB_VICTIM_KEY"]
+    s = run_extract(cfg)
+    metric = s["main_metric"]
+    print(f"{s['query_strategy']} x {s['budget']} queries ({'soft' if s['soft_labels'] else 'hard'} labels): "
+          f"agreement {s['agreement']:.4f} with the victim, dev {metric} {s['metrics'].get(metric, float('nan')):.4f} "
+          f"(victim {s['victim_metrics'].get(metric, float('nan')):.4f})")
+    for p in s["curve"][:-1]:
+        print(f"  budget {p['budget']}: agreement {p['agreement']:.4f}")
+    print(f"run directory: {cfg.output}")
+    return 0
+
+
+def verify(args: argparse.Namespace) -> int:
+    from ptmlab.extraction.defences import verify_watermark
+    from ptmlab.serve.state import Store
+
+    if not args.suspect:
+        raise PtmlabError("verify-watermark needs a model: ptmlab extract verify-watermark MODEL_DIR")
+    if not 0 < args.alpha < 1:
+        raise PtmlabError(f"--alpha must be in (0, 1), got {args.alpha}")
+    store = Store()
+    key_id = store.resolve_key(args.key_name).id if args.key_name else None
+    r = verify_watermark(args.suspect, store, key_id, args.alpha)
+    print(f"{r['mark_matches']}/{r['marks']} watermarked answers reproduced ({r['mark_match_rate']:.1%}); "
+          f"chance rate from {r['controls']} controls {r['null_rate']:.1%}; p = {r['p_value']:.2e}")
+    verdict = "WATERMARKED: the model learned from this API" if r["watermarked"] else "no evidence of the watermark"
+    print(f"verdict: {verdict}")
+    return 0

@@ -1,0 +1,76 @@
+"""``ptmlab keys create|list|revoke|flagged``: API keys, their limits and usage, in ``$PTMLAB_HOME/state.db``."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+
+
+def register(sub) -> None:
+    p = sub.add_parser("keys", help="manage API keys of `ptmlab serve` (stored hashed)")
+    ks = p.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+    c = ks.add_parser("create", help="create a key; the key is printed alone on the last line, once")
+    c.add_argument("--name", required=True, help="who the key is for")
+    c.add_argument("--rate", type=float, default=20.0, help="token-bucket refill, requests per second (default 20)")
+    c.add_argument("--burst", type=float, default=40.0, help="token-bucket size, requests at once (default 40)")
+    c.add_argument("--daily-budget", type=int, default=100_000, help="texts per UTC day (default 100000)")
+    c.set_defaults(func=create)
+    ls = ks.add_parser("list", help="keys with limits and usage")
+    ls.set_defaults(func=list_keys)
+    r = ks.add_parser("revoke", help="revoke a key by id or name")
+    r.add_argument("key", metavar="ID_OR_NAME")
+    r.set_defaults(func=revoke)
+    f = ks.add_parser("flagged", help="keys whose audit log looks like an extraction attack (query detector)")
+    f.add_argument("--threshold", type=float, default=0.5, help="flag when the mean detector score exceeds this")
+    f.add_argument("--last", type=int, default=1000, help="score the newest N queries of each key (default 1000)")
+    f.add_argument("--min-queries", type=int, default=20, help="ignore keys with fewer scored queries")
+    f.set_defaults(func=flagged)
+
+
+def create(args: argparse.Namespace) -> int:
+    from ptmlab.serve.state import Store
+
+    store = Store()
+    key = store.create_key(args.name, args.rate, args.burst, args.daily_budget)
+    print(f"created key '{args.name.strip()}' (rate {args.rate:g}/s, burst {args.burst:g}, daily budget "
+          f"{args.daily_budget}); it is shown only now, store it safely:")
+    print(key)
+    return 0
+
+
+def list_keys(args: argparse.Namespace) -> int:
+    from ptmlab.serve.state import Store
+
+    store = Store()
+    usage = store.usage()
+    print(f"{'id':>4}  {'name':20} {'created (UTC)':17} {'status':8} {'rate/s':>7} {'burst':>6} {'budget/day':>10} "
+          f"{'today':>8} {'queries':>9}")
+    for k in store.list_keys():
+        created = dt.datetime.fromtimestamp(k.created, dt.UTC).strftime("%Y-%m-%d %H:%M")
+        status = "revoked" if k.revoked else "active"
+        total = usage.get(k.id, {}).get("queries", 0)
+        print(f"{k.id:>4}  {k.name[:20]:20} {created:17} {status:8} {k.rate:>7g} {k.burst:>6g} {k.daily_budget:>10} "
+              f"{store.used_today(k.id):>8} {total:>9}")
+    return 0
+
+
+def revoke(args: argparse.Namespace) -> int:
+    from ptmlab.serve.state import Store
+
+    store = Store()
+    k = store.resolve_key(args.key)
+    store.revoke(k.id)
+    print(f"revoked key {k.id} ('{k.name}')")
+    return 0
+
+
+def flagged(args: argparse.Namespace) -> int:
+    from ptmlab.extraction.defences import flag_keys
+    from ptmlab.serve.state import Store
+
+    rows = flag_keys(Store(), args.threshold, args.last, args.min_queries)
+    print(f"{'id':>4}  {'name':20} {'scored':>7} {'mean score':>10}  flagged")
+    for r in rows:
+        print(f"{r['key_id']:>4}  {r['name'][:20]:20} {r['scored']:>7} {r['mean_score']:>10.3f}  "
+              f"{'YES' if r['flagged'] else 'no'}")
+    return 0

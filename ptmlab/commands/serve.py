@@ -1,0 +1,35 @@
+"""``ptmlab serve RUN_DIR``: the inference API (FastAPI on uvicorn) over a run directory."""
+
+from __future__ import annotations
+
+import argparse
+
+from ptmlab.core.config import add_config_args, resolve_config
+
+
+def register(sub) -> None:
+    from ptmlab.serve.app import ServeConfig
+
+    p = sub.add_parser("serve", help="serve a model over HTTP with keys, quotas and output policies",
+                       description="Serve RUN_DIR at POST /v1/predict (keys from `ptmlab keys create`); "
+                                   "GET /healthz, /metrics (Prometheus), /docs and /openapi.json.")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a ptmlab run directory (fine-tuned, distilled, pruned, ...)")
+    p.add_argument("--config", help="YAML file with options (flags override it)")
+    add_config_args(p, ServeConfig)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ptmlab.core.seed import configure_threads
+    from ptmlab.serve.app import ServeConfig, create_app
+    from ptmlab.serve.server import serve_forever
+    from ptmlab.serve.state import Store
+
+    cfg = resolve_config(ServeConfig, args, args.config)
+    configure_threads()
+    store = Store()
+    app = create_app(args.run_dir, cfg, store)
+    print(f"serving {args.run_dir} on http://{cfg.host}:{cfg.port} (policy {cfg.output_policy}; state "
+          f"{store.path})", flush=True)
+    serve_forever(app, cfg.host, cfg.port)
+    return 0

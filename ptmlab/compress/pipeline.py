@@ -1,0 +1,201 @@
+"""``ptmlab compress RUN --steps vocab,heads=0.4,ffn=0.3,int8``: apply steps in order, measure after each.
+
+A step is ``fn(state, arg) -> None`` registered in ``STEPS``; it changes ``state.model`` / ``state.tokenizer``.
+Structural steps (heads, ffn, layers) are followed by recovery fine-tuning when ``--recover-epochs`` > 0.
+``int8`` (onnxruntime dynamic int8) ends the pipeline: the result is an ONNX file.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ptmlab.compress.importance import IMPORTANCE
+from ptmlab.core.config import config_to_dict, opt
+from ptmlab.core.errors import PtmlabError
+from ptmlab.core.registry import Registry
+from ptmlab.train.args import DataArgs, ModelArgs, TrainArgs
+
+STEPS: Registry = Registry("compression step")
+
+
+@dataclass
+class CompressConfig(ModelArgs, DataArgs, TrainArgs):
+    steps: list[str] = opt(["vocab", "heads=0.4", "ffn=0.3", "int8"], "steps in order: vocab, heads=F, ffn=F, "
+                                                                         "layers=I+J, params=F, int8, torch-int8")
+    importance: str = opt("gate", "importance score for heads/ffn steps: gate, grad-weight, entropy")
+    importance_examples: int = opt(500, "training examples used to score heads and neurons")
+    recover_epochs: float = opt(1.0, "recovery fine-tuning epochs after each structural step (0: none)")
+    latency_repeats: int = opt(5, "timed repeats per latency measurement (median reported)")
+
+    def validate(self) -> None:
+        self.validate_data()
+        self.validate_train()
+        IMPORTANCE.get(self.importance)
+        parsed = [parse_step(s) for s in self.steps]
+        if not parsed:
+            raise PtmlabError("--steps is empty: give steps like vocab,heads=0.4,int8")
+        for i, (name, _) in enumerate(parsed):
+            if name in ("int8", "torch-int8") and i != len(parsed) - 1:
+                raise PtmlabError(f"step '{name}' must come last: a quantized model cannot be pruned further")
+        if self.recover_epochs < 0:
+            raise PtmlabError(f"--recover-epochs must be >= 0, got {self.recover_epochs}")
+
+
+def parse_step(text: str) -> tuple[str, str | None]:
+    name, _, arg = text.partition("=")
+    STEPS.get(name.strip())
+    return name.strip(), (arg.strip() or None)
+
+
+@dataclass
+class State:
+    cfg: CompressConfig
+    model: object
+    tokenizer: object
+    data: object
+    work: Path
+    onnx: Path | None = None
+    info: dict = field(default_factory=dict)
+
+
+def _fraction(name: str, arg: str | None) -> float:
+    from ptmlab.compress.targets import check_fraction
+
+    try:
+        value = float(arg)
+    except (TypeError, ValueError):
+        raise PtmlabError(f"step '{name}' needs a fraction like {name}=0.4, got '{name}={arg}'") from None
+    check_fraction(name, value)
+    return value
+
+
+def _importance(st: State):
+    from ptmlab.compress.importance import compute_importance
+    from ptmlab.data.encode import encode_split
+    from ptmlab.data.loaders import subset
+
+    split = subset(st.data.splits["train"], st.cfg.importance_examples, st.cfg.seed)
+    enc = encode_split(st.tokenizer, split, st.cfg.max_length)
+    return compute_importance(st.cfg.importance, st.model, enc, st.tokenizer.pad_token_id or 0)
+
+
+def _structural(st: State, **target) -> None:
+    from ptmlab.compress.prune import prune_by_target, recover
+
+    st.info.update(prune_by_target(st.model, _importance(st), **target))
+    if st.cfg.recover_epochs > 0:
+        n = len(list(st.work.glob("recover-*")))
+        st.model, _ = recover(st.model, st.tokenizer, st.cfg, st.work / f"recover-{n}", st.cfg.recover_epochs,
+                              command="compress")
+
+
+@STEPS.register("heads", help="remove a fraction of attention heads (heads=0.4)")
+def _heads(st: State, arg: str | None) -> None:
+    _structural(st, heads=_fraction("heads", arg))
+
+
+@STEPS.register("ffn", help="remove a fraction of FFN neurons in every layer (ffn=0.3)")
+def _ffn(st: State, arg: str | None) -> None:
+    _structural(st, ffn=_fraction("ffn", arg))
+
+
+@STEPS.register("params", help="remove a fraction of all parameters via heads and FFN (params=0.3)")
+def _params(st: State, arg: str | None) -> None:
+    _structural(st, params=_fraction("params", arg))
+
+
+@STEPS.register("layers", help="remove whole layers (layers=0+5)")
+def _layers(st: State, arg: str | None) -> None:
+    try:
+        layers = [int(x) for x in (arg or "").split("+")]
+    except ValueError:
+        raise PtmlabError(f"step 'layers' needs layer numbers like layers=0+5, got 'layers={arg}'") from None
+    _structural(st, layers=layers)
+
+
+@STEPS.register("vocab", help="keep only the task corpus' tokens in the vocabulary")
+def _vocab(st: State, arg: str | None) -> None:
+    from ptmlab.compress.vocab import prune_vocabulary
+
+    texts, pairs = [], []
+    for split in st.data.splits.values():
+        texts += list(split.text)
+        if getattr(split, "text_pair", None) is not None:
+            pairs += list(split.text_pair)
+    st.tokenizer, info = prune_vocabulary(st.model, st.tokenizer, texts, pairs or None)
+    st.info.update(info)
+
+
+@STEPS.register("int8", help="onnxruntime dynamic int8 (ONNX export); must be last")
+def _int8(st: State, arg: str | None) -> None:
+    from ptmlab.compress.quantize import OrtModel, export_onnx, onnx_int8
+
+    fp = export_onnx(st.model, st.work / "model_fp32.onnx")
+    st.onnx = onnx_int8(fp, st.work / "model.onnx")
+    st.model = OrtModel(st.onnx, st.model.config)
+
+
+@STEPS.register("torch-int8", help="torch dynamic int8 of Linear layers (in memory); must be last")
+def _torch_int8(st: State, arg: str | None) -> None:
+    from ptmlab.compress.quantize import torch_int8
+
+    st.model = torch_int8(st.model)
+
+
+def _size(st: State, meas) -> float:
+    from ptmlab.compress.quantize import int8_state, is_quantized
+    from ptmlab.core.io import atomic_save_file
+
+    if st.onnx is not None:
+        return round(st.onnx.stat().st_size / 2**20, 2)
+    if is_quantized(st.model):
+        path = st.work / "int8.safetensors"
+        atomic_save_file(int8_state(st.model), path)
+        return round(path.stat().st_size / 2**20, 2)
+    return meas.saved_size(st.model)
+
+
+def run_compress(cfg: CompressConfig) -> list[dict]:
+    """Apply ``cfg.steps`` to ``cfg.model``; write the final model, the table and the Pareto plot to ``cfg.output``."""
+    from ptmlab.compress.measure import Measurer, write_table_report
+    from ptmlab.compress.quantize import check_not_quantized
+    from ptmlab.core.rundir import RunDir, check_output_dir
+    from ptmlab.core.seed import configure_threads, set_seed
+    from ptmlab.models.loader import save_model
+    from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.train.finetune import label_names, load_task_data
+
+    configure_threads()
+    check_not_quantized(cfg.model)
+    if not cfg.output:
+        raise PtmlabError("no output directory: pass --output RUN_DIR")
+    check_output_dir(Path(cfg.output), cfg.overwrite)
+    set_seed(cfg.seed)
+    data = load_task_data(cfg)
+    tokenizer = load_tokenizer(cfg.model)
+    model = load_model(cfg.model, num_labels=data.spec.num_labels, regression=data.spec.kind == "regression",
+                       label_names=label_names(data))
+    meas = Measurer(cfg, tokenizer)
+    rows = [meas.row("original", model, meas.saved_size(model))]
+    with tempfile.TemporaryDirectory(prefix="ptmlab-compress-") as tmp:
+        st = State(cfg, model, tokenizer, data, Path(tmp))
+        applied = []
+        for text in cfg.steps:
+            name, arg = parse_step(text)
+            print(f"compress step: {text}")
+            STEPS.get(name)(st, arg)
+            applied.append(text)
+            rows.append(meas.row("+".join(applied), st.model, _size(st, meas), tokenizer=st.tokenizer))
+        run = RunDir.create(cfg.output, cfg.overwrite)
+        run.write_config(config_to_dict(cfg), "compress")
+        if st.onnx is not None:
+            from ptmlab.compress.quantize import _ConfigOnly
+
+            st.onnx.replace(run.file("model.onnx"))
+            save_model(_ConfigOnly(st.model.config), st.tokenizer, run.path)
+        elif not any(name == "torch-int8" for name, _ in map(parse_step, cfg.steps)):
+            save_model(st.model, st.tokenizer, run.path)
+    write_table_report(run, "Compression pipeline", rows, baseline=rows[0], extra={"steps": cfg.steps, **st.info})
+    return rows

@@ -1,0 +1,160 @@
+"""Structured pruning by target, one shot or iterative, with recovery fine-tuning through ``run_finetune``.
+
+Each iteration scores heads and FFN neurons on a training subset, removes the least important ones (weight
+slicing, ``surgery.prune_structure``) and, with ``recover_epochs > 0``, fine-tunes the pruned model; the last
+iteration's fine-tuning run is the output run directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ptmlab.compress.importance import IMPORTANCE, compute_importance
+from ptmlab.compress.surgery import ffn_per_layer, head_dim, heads_per_layer, mask_to_keep, prune_structure
+from ptmlab.compress.targets import check_fraction, ffn_mask, fraction_for_params, head_mask
+from ptmlab.core.config import build_config, config_to_dict, opt
+from ptmlab.core.errors import PtmlabError
+from ptmlab.train.args import DataArgs, FinetuneConfig, ModelArgs, TrainArgs
+
+
+@dataclass
+class PruneConfig(ModelArgs, DataArgs, TrainArgs):
+    heads: float = opt(0.0, "fraction of attention heads to remove, in [0, 1)")
+    ffn: float = opt(0.0, "fraction of FFN neurons to remove in every layer, in [0, 1)")
+    params: float = opt(0.0, "fraction of all parameters to remove by pruning heads and FFN alike (overrides "
+                             "--heads/--ffn)")
+    layers: list[str] = opt([], "whole layers to remove, e.g. 0,5")
+    importance: str = opt("gate", "importance score: gate (|dL/d gate|), grad-weight, entropy")
+    importance_examples: int = opt(500, "training examples used to score heads and neurons")
+    use_labels: bool = opt(True, "score with gold labels (--no-use-labels: the model's own predictions)")
+    iterations: int = opt(1, "prune in this many equal steps, each followed by recovery")
+    recover_epochs: float = opt(1.0, "recovery fine-tuning epochs after each pruning step (0: none)")
+
+    def validate(self) -> None:
+        self.validate_data()
+        for name in ("heads", "ffn", "params"):
+            check_fraction(name, getattr(self, name))
+        IMPORTANCE.get(self.importance)
+        if self.iterations < 1:
+            raise PtmlabError(f"--iterations must be >= 1, got {self.iterations}")
+        if self.recover_epochs < 0:
+            raise PtmlabError(f"--recover-epochs must be >= 0, got {self.recover_epochs}")
+        if self.importance_examples < 1:
+            raise PtmlabError(f"--importance-examples must be >= 1, got {self.importance_examples}")
+        for layer in self.layers:
+            if not str(layer).isdigit():
+                raise PtmlabError(f"--layers entry '{layer}' is not a layer number: give numbers like 0,5")
+        if not (self.heads or self.ffn or self.params or self.layers):
+            raise PtmlabError("nothing to prune: pass --heads, --ffn, --params or --layers")
+        if self.recover_epochs > 0:
+            self.validate_train()
+
+
+def prune_by_target(model, imp, heads: float = 0.0, ffn: float = 0.0, params: float = 0.0,
+                    layers: list[int] | None = None) -> dict:
+    """Remove heads / FFN neurons / layers of ``model`` in place by the given fractions; returns what was cut."""
+    if params:
+        total = sum(p.numel() for p in model.parameters())
+        heads = ffn = fraction_for_params(params, total, model.config.hidden_size, head_dim(model),
+                                          heads_per_layer(model), ffn_per_layer(model))
+    keep_heads = mask_to_keep(head_mask(imp, heads)) if heads else {}
+    keep_ffn = mask_to_keep(ffn_mask(imp, ffn)) if ffn else {}
+    before = sum(heads_per_layer(model))
+    prune_structure(model, heads=keep_heads, ffn=keep_ffn, layers=layers or [])
+    return {"heads_before": before, "heads_after": sum(heads_per_layer(model)),
+            "heads_per_layer": heads_per_layer(model), "ffn_per_layer": ffn_per_layer(model)}
+
+
+def _step_fraction(total_fraction: float, step: int, steps: int, removed_before: float) -> float:
+    """Fraction of the *current* units to remove so that after ``step`` of ``steps`` the cumulative cut is
+    ``total_fraction * step / steps`` of the original."""
+    goal = total_fraction * step / steps
+    remaining = 1 - removed_before
+    return max(0.0, min(0.9999, (goal - removed_before) / remaining)) if remaining > 0 else 0.0
+
+
+def recover(model, tokenizer, cfg, out: Path, epochs: float, command: str):
+    """Recovery fine-tuning of a modified model with the foundation's pipeline; returns (model, summary).
+
+    ``cfg`` supplies the task and training options (any config with the ``FinetuneConfig`` fields).
+    """
+    from ptmlab.models.loader import save_model
+    from ptmlab.models.zoo import load_model
+    from ptmlab.train.finetune import run_finetune
+
+    with tempfile.TemporaryDirectory(prefix="ptmlab-recover-") as tmp:
+        save_model(model, tokenizer, tmp)
+        values = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(FinetuneConfig) if hasattr(cfg, f.name)}
+        values.update(model=tmp, output=str(out), epochs=epochs, overwrite=True)
+        summary = run_finetune(build_config(FinetuneConfig, values, source=command), command=command)
+    return load_model(str(out)), summary
+
+
+def run_prune(cfg: PruneConfig) -> dict:
+    """Prune ``cfg.model`` (a fine-tuned run or model directory) into the run directory ``cfg.output``."""
+    from ptmlab.core.rundir import RunDir, check_output_dir
+    from ptmlab.core.seed import configure_threads, set_seed
+    from ptmlab.data.encode import encode_split
+    from ptmlab.data.loaders import subset
+    from ptmlab.models.latency import parameter_count
+    from ptmlab.models.loader import save_model
+    from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.train.evaluate import evaluate
+    from ptmlab.train.finetune import label_names, load_task_data
+
+    configure_threads()
+    if not cfg.output:
+        raise PtmlabError("no output directory: pass --output RUN_DIR")
+    check_output_dir(Path(cfg.output), cfg.overwrite)
+    set_seed(cfg.seed)
+    data = load_task_data(cfg)
+    spec = data.spec
+    tokenizer = load_tokenizer(cfg.model)
+    model = load_model(cfg.model, num_labels=spec.num_labels, regression=spec.kind == "regression",
+                       label_names=label_names(data))
+    layers = sorted({int(x) for x in cfg.layers})
+    pad_id = tokenizer.pad_token_id or 0
+    imp_enc = encode_split(tokenizer, subset(data.splits["train"], cfg.importance_examples, cfg.seed), cfg.max_length)
+    dev_enc = encode_split(tokenizer, data.splits["dev"], cfg.max_length)
+    params_before = parameter_count(model)
+    heads_orig, ffn_orig = sum(heads_per_layer(model)), sum(ffn_per_layer(model))
+    dev_before, _ = evaluate(model, dev_enc, spec, pad_id, cfg.eval_batch_size)
+    steps: list[dict] = []
+    summary: dict = {}
+    with tempfile.TemporaryDirectory(prefix="ptmlab-prune-") as tmp:
+        for step in range(1, cfg.iterations + 1):
+            imp = compute_importance(cfg.importance, model, imp_enc, pad_id, use_labels=cfg.use_labels)
+            heads_gone = 1 - sum(heads_per_layer(model)) / heads_orig
+            ffn_gone = 1 - sum(ffn_per_layer(model)) / ffn_orig
+            if cfg.params:
+                frac = _step_fraction(cfg.params, step, cfg.iterations, 1 - parameter_count(model) / params_before)
+                cut = prune_by_target(model, imp, params=frac, layers=layers if step == 1 else None)
+            else:
+                cut = prune_by_target(model, imp, heads=_step_fraction(cfg.heads, step, cfg.iterations, heads_gone),
+                                      ffn=_step_fraction(cfg.ffn, step, cfg.iterations, ffn_gone),
+                                      layers=layers if step == 1 else None)
+            pruned_metrics, _ = evaluate(model, dev_enc, spec, pad_id, cfg.eval_batch_size)
+            row = {"step": step, **cut, "params": parameter_count(model),
+                   **{f"dev_pruned_{k}": v for k, v in pruned_metrics.items()}}
+            if cfg.recover_epochs > 0:
+                out = Path(cfg.output) if step == cfg.iterations else Path(tmp) / f"recovered-{step}"
+                model, summary = recover(model, tokenizer, cfg, out, cfg.recover_epochs, command="prune")
+                row.update({f"dev_recovered_{k}": v for k, v in summary["metrics"].items()})
+            steps.append(row)
+        if cfg.recover_epochs == 0:
+            run = RunDir.create(cfg.output, cfg.overwrite)
+            run.write_config(config_to_dict(cfg), "prune")
+            save_model(model, tokenizer, run.path)
+            summary = {"task": spec.name, "model": cfg.model, "metrics": pruned_metrics}
+    run = RunDir(cfg.output)
+    summary.update({
+        "pruned_from": cfg.model, "importance": cfg.importance, "dev_unpruned": dev_before,
+        "params_before": params_before, "params": parameter_count(model), "heads_before": heads_orig,
+        "heads": sum(heads_per_layer(model)), "heads_per_layer": heads_per_layer(model),
+        "ffn_per_layer": ffn_per_layer(model), "prune_steps": steps, "main_metric": spec.main_metric,
+    })
+    run.write_summary(summary)
+    return summary

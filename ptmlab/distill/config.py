@@ -1,0 +1,56 @@
+"""``DistillConfig``: the distillation options composed with the foundation's data and training options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ptmlab.core.config import opt
+from ptmlab.core.errors import PtmlabError
+from ptmlab.train.args import DataArgs, TrainArgs
+
+
+@dataclass
+class DistillArgs:
+    teacher: str | None = opt(None, "teacher: a fine-tuned run directory or a model with a task head")
+    student: str = opt("layers:3", "student: layers:K, layers:0,2,4, shrink:layers=4,hidden=312,heads=12,ffn=1200"
+                                   "[,init=random], bilstm, cnn, or a zoo model / model directory")
+    losses: list[str] = opt(["soft_ce"], "losses to combine, NAME or NAME:WEIGHT: soft_ce hidden_mse embedding_mse "
+                                         "attention_mse attention_kl cosine minilm pkd")
+    layer_map: str = opt("uniform", "student->teacher layers: uniform, skip, last, or explicit (1,3,5 or 0:1,2:5)")
+    matches: list | None = opt(None, "matches declared in --config (loss, student, teacher, feature, weight, "
+                                     "projection); replace --losses", cli=False)
+    temperature: float = opt(2.0, "soft_ce temperature T (the KL term is scaled by T^2)")
+    alpha: float = opt(0.5, "soft_ce weight of the teacher term (1 - alpha goes to the hard labels)")
+    relation_heads: int = opt(0, "minilm relation heads (0: the teacher's head count)")
+    teacher_batch_size: int = opt(64, "batch size for computing teacher outputs")
+    teacher_cache: bool = opt(True, "keep teacher outputs on disk and reuse them across epochs and runs")
+    intermediate_epochs: float = opt(0.0, "TinyBERT task stage: epochs on the layer losses alone before the "
+                                          "prediction-layer (soft_ce) epochs")
+    augment: int = opt(0, "TinyBERT augmentation: N extra copies of each training example with words replaced by "
+                          "nearest neighbours in the teacher's embedding space")
+    augment_prob: float = opt(0.3, "share of words replaced in an augmented copy")
+    general_text: str | None = opt(None, "TinyBERT general distillation first, on these text files or folders "
+                                         "(comma-separated; e.g. ../shared/data/text)")
+    general_examples: int = opt(2000, "text chunks used for general distillation")
+    general_epochs: float = opt(1.0, "epochs of general distillation")
+
+
+@dataclass
+class DistillConfig(DistillArgs, DataArgs, TrainArgs):
+    def validate(self) -> None:
+        self.validate_data()
+        self.validate_train()
+        if self.strategy != "full":
+            raise PtmlabError(f"--strategy {self.strategy} is not supported for distillation: the student trains "
+                              f"fully (use --strategy full)")
+        if self.temperature <= 0:
+            raise PtmlabError(f"--temperature must be positive, got {self.temperature}")
+        if not 0 <= self.alpha <= 1:
+            raise PtmlabError(f"--alpha must be in [0, 1], got {self.alpha}")
+        for name in ("relation_heads", "augment", "intermediate_epochs", "general_examples"):
+            if getattr(self, name) < 0:
+                raise PtmlabError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        if not 0 < self.augment_prob <= 1:
+            raise PtmlabError(f"--augment-prob must be in (0, 1], got {self.augment_prob}")
+        if self.teacher_batch_size < 1:
+            raise PtmlabError(f"--teacher-batch-size must be >= 1, got {self.teacher_batch_size}")
