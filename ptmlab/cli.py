@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "ptmlab.commands.study",
     "ptmlab.commands.demo",
     "ptmlab.commands.tokenizer",
+    "ptmlab.commands.analyze",
     "ptmlab.commands.compress",
     "ptmlab.commands.distill",
     "ptmlab.commands.serve", "ptmlab.commands.keys", "ptmlab.commands.extract",

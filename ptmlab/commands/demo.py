@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     d = resolve_config(DemoConfig, args, args.config)
     print(f"ptmlab demo: fine-tuning {d.model} on the built-in 'tweets' task "
           f"({d.max_train or 'all'} examples, {d.epochs:g} epoch(s)); this takes about 10 minutes on 2 cores")
-    cfg = build_config(FinetuneConfig, {**dataclasses.asdict(d), "task": "tweets", "batch_size": 32,
+    cfg = build_config(FinetuneConfig, {**dataclasses.asdict(d), "task": "tweets", "batch_size": 32, "eval_steps": 150,
                                         "test": True}, source="demo")
     summary = run_finetune(cfg, command="demo")
     from pathlib import Path

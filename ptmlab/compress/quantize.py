@@ -54,8 +54,8 @@ def int8_state(qmodel: nn.Module) -> dict[str, torch.Tensor]:
     """The tensors a torch-int8 model stores: int8 weights with per-channel/per-tensor scales, fp32 elsewhere."""
     state = {}
     for name, m in qmodel.named_modules():
-        if hasattr(m, "_packed_params"):
-            w, b = m._packed_params._weight_bias()
+        if hasattr(m, "_packed_params") and callable(getattr(m, "weight", None)):
+            w, b = m.weight(), m.bias()
             state[f"{name}.weight"] = w.int_repr()
             if w.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
                 state[f"{name}.scale"] = w.q_per_channel_scales().float()

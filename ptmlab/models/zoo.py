@@ -84,11 +84,12 @@ def load_tokenizer(name: str):
 
 def load_model(name: str, num_labels: int | None = None, regression: bool = False,
                label_names: list[str] | None = None, attn_implementation: str | None = None,
-               task_head: bool = True, dropout: float | None = None):
+               task_head: bool = True, dropout: float | None = None, random_init: bool = False):
     """A model for sequence classification/regression (or the bare encoder with ``task_head=False``).
 
     Zoo names and directories load their weights; ``tiny`` is built from its config with random weights;
     directories whose config records ptmlab modifications (adapters, pruning...) are rebuilt first.
+    ``random_init`` builds the same architecture from its config with fresh weights (seed torch first).
     """
     from transformers import AutoConfig
 
@@ -109,10 +110,13 @@ def load_model(name: str, num_labels: int | None = None, regression: bool = Fals
         if not 0 <= dropout < 1:
             raise PtmlabError(f"--dropout must be in [0, 1), got {dropout}")
         kwargs.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, classifier_dropout=dropout)
-    if entry is not None and entry.random_config is not None:
+    if random_init or (entry is not None and entry.random_config is not None):
         from transformers import AutoModel, AutoModelForSequenceClassification
 
-        config = AutoConfig.from_pretrained(path, **entry.random_config, **kwargs)
+        config = AutoConfig.from_pretrained(path, **((entry and entry.random_config) or {}), **kwargs)
+        if getattr(config, "ptmlab_modifications", None):
+            raise PtmlabError(f"--random-init needs an unmodified architecture, but '{name}' records "
+                              f"modifications: use the zoo model it came from")
         cls = AutoModelForSequenceClassification if task_head else AutoModel
         return cls.from_config(config, attn_implementation=attn_implementation or "sdpa")
     return load_from_dir(path, kwargs, task_head=task_head, attn_implementation=attn_implementation)

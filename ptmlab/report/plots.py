@@ -64,3 +64,17 @@ def bar_plot(names: list[str], values: list[float], ylabel: str, title: str = ""
     for i, v in enumerate(values):
         ax.text(i, v, f"{v:.3f}", ha="center", va="bottom", fontsize=8)
     return fig
+
+
+def per_class_plot(scores: list[dict], title: str = "per-class scores"):
+    """Grouped bars of precision, recall and F1 per class."""
+    fig, ax = new_figure(max(4.5, 1.4 * len(scores) + 2), 3.6)
+    width = 0.27
+    for j, key in enumerate(("precision", "recall", "f1")):
+        xs = [i + (j - 1) * width for i in range(len(scores))]
+        ax.bar(xs, [r[key] for r in scores], width, label=key)
+    ax.set_xticks(range(len(scores)), [r["class"] for r in scores])
+    ax.set_ylim(0, 1)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return fig

@@ -6,7 +6,7 @@ import json
 
 from ptmlab.core.rundir import RunDir
 from ptmlab.report.html import Report
-from ptmlab.report.plots import confusion_matrix_plot, loss_curve, scatter_plot
+from ptmlab.report.plots import confusion_matrix_plot, loss_curve, per_class_plot, scatter_plot
 
 
 def per_class_scores(gold, pred, labels: list[str]) -> list[dict]:
@@ -42,7 +42,9 @@ def write_run_report(run: RunDir, extra_sections=None) -> str:
             rep.figure(confusion_matrix_plot(p["gold"], p["pred"], labels, f"{split} confusion matrix"),
                        f"confusion_{split}")
             rep.heading(f"Per-class scores ({split})", 3)
-            rep.table(per_class_scores(p["gold"], p["pred"], labels))
+            scores = per_class_scores(p["gold"], p["pred"], labels)
+            rep.table(scores)
+            rep.figure(per_class_plot(scores, f"{split}: per-class scores"), f"per_class_{split}")
         break
     for section in extra_sections or []:
         section(rep)

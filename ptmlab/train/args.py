@@ -1,7 +1,7 @@
 """Config dataclasses shared by every command that trains: model, data and training options.
 
-Commands compose them by inheritance (``FinetuneConfig(ModelArgs, DataArgs, TrainArgs)``); each field is a CLI
-flag and a YAML key.
+Commands compose them by inheritance (``FinetuneConfig(TrainArgs, DataArgs, ModelArgs)``: the last base's fields
+come first in --help); each field is a CLI flag and a YAML key.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from ptmlab.core.errors import PtmlabError
 class ModelArgs:
     model: str = opt("minilm", "zoo name (minilm, mpnet, tiny), model directory, run directory or hub id")
     dropout: float | None = opt(None, "override the model's dropout probabilities (0 disables dropout)")
+    random_init: bool = opt(False, "same architecture with fresh random weights instead of the pretrained ones")
 
 
 @dataclass
@@ -105,7 +106,7 @@ class TrainArgs:
 
 
 @dataclass
-class FinetuneConfig(ModelArgs, DataArgs, TrainArgs):
+class FinetuneConfig(TrainArgs, DataArgs, ModelArgs):  # flags list model, then data, then training
     def validate(self) -> None:
         self.validate_data()
         self.validate_train()

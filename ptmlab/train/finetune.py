@@ -65,7 +65,8 @@ def build_model(cfg, data: TaskData):
 
     spec = data.spec
     model = load_model(cfg.model, num_labels=spec.num_labels, regression=spec.kind == "regression",
-                       label_names=label_names(data), dropout=getattr(cfg, "dropout", None))
+                       label_names=label_names(data), dropout=getattr(cfg, "dropout", None),
+                       random_init=getattr(cfg, "random_init", False))
     return model
 
 

@@ -1,0 +1,129 @@
+"""``ptmlab analyze heads|layers|attention|explanation RUN --task T`` and ``ptmlab analyze anomaly --model M``."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from ptmlab.core.config import add_config_args, config_to_dict, opt, resolve_config
+from ptmlab.core.errors import PtmlabError
+from ptmlab.train.args import DataArgs
+
+
+@dataclass
+class AnalyzeConfig(DataArgs):
+    output: str | None = opt(None, "output directory for summary.json, tables and report.html")
+    split: str = opt("dev", "split to analyse (needs labels)")
+    batch_size: int = opt(128, "inference batch size")
+    precision: str = opt("auto", "fp32, bf16 or auto (bf16 autocast where the CPU/GPU supports it; heads/layers)",
+                         choices=["auto", "fp32", "bf16"])
+    examples: int = opt(3, "attention: examples whose attention maps are plotted")
+    permutations: int = opt(10, "explanation: attention permutations per example")
+    seed: int = opt(42, "seed for --max-eval subsets and permutations")
+    overwrite: bool = opt(False, "replace an existing analysis in --output")
+
+    def validate(self) -> None:
+        self.validate_data()
+        for name in ("batch_size", "permutations"):
+            if getattr(self, name) < 1:
+                raise PtmlabError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.examples < 0:
+            raise PtmlabError(f"--examples must be >= 0, got {self.examples}")
+
+
+@dataclass
+class AnomalyConfig:
+    model: str = opt("minilm", "zoo name, model or run directory")
+    blimp: str | None = opt(None, "BLiMP folder (or file) of jsonl minimal pairs")
+    anomaly_sets: str | None = opt(None, "folder (or file) of psycholinguistic csv sets, correct sentence first")
+    reference: str | None = opt(None, "reference text file/folder, or 'tweets' (default: ../shared/data/text/"
+                                      "wikitext-2 when present, else tweets)")
+    max_sentences: int = opt(2000, "reference sentences sampled for the Gaussians")
+    covariance: str = opt("full", "full, ledoit-wolf or diag", choices=["full", "ledoit-wolf", "diag"])
+    include_special: bool = opt(False, "also score [CLS]/[SEP] token vectors")
+    per_phenomenon: int = opt(100, "BLiMP pairs per phenomenon file (0: all)")
+    gaussians: str | None = opt(None, "saved Gaussians to reuse (fitted and saved there when missing)")
+    heatmap_pairs: int = opt(3, "BLiMP pairs whose token surprisal is plotted")
+    batch_size: int = opt(64, "encoding batch size")
+    seed: int = opt(0, "seed for the reference sample")
+    output: str | None = opt(None, "output directory")
+    overwrite: bool = opt(False, "replace an existing analysis in --output")
+
+    def validate(self) -> None:
+        if not self.blimp and not self.anomaly_sets:
+            raise PtmlabError("nothing to score: pass --blimp DIR and/or --anomaly-sets DIR")
+        for name in ("max_sentences", "batch_size"):
+            if getattr(self, name) < 1:
+                raise PtmlabError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.per_phenomenon < 0 or self.heatmap_pairs < 0:
+            raise PtmlabError("--per-phenomenon and --heatmap-pairs must be >= 0")
+
+
+KINDS = ("heads", "layers", "attention", "explanation")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("analyze", help="look inside a model: head/layer ablation, attention, anomaly detection")
+    verbs = p.add_subparsers(dest="analysis", metavar="ANALYSIS", parser_class=type(p))
+    helps = {"heads": "remove / make uniform each head in turn and measure the dev metric",
+             "layers": "remove / make uniform each layer in turn and measure the dev metric",
+             "attention": "attention maps, entropy per head and pattern types per layer",
+             "explanation": "attention vs gradient / leave-one-out importance (Kendall tau), permutation test"}
+    for kind in KINDS:
+        q = verbs.add_parser(kind, help=helps[kind])
+        q.add_argument("model", metavar="RUN_DIR_OR_MODEL")
+        q.add_argument("--config", help="YAML file with options")
+        add_config_args(q, AnalyzeConfig)
+        q.set_defaults(func=run_task_analysis, kind=kind)
+    q = verbs.add_parser("anomaly", help="layer-wise Gaussian anomaly detection on BLiMP / psycholinguistic sets")
+    q.add_argument("--config", help="YAML file with options")
+    add_config_args(q, AnomalyConfig)
+    q.set_defaults(func=run_anomaly)
+    p.set_defaults(func=lambda args: p.print_help() or 2)
+
+
+def run_task_analysis(args: argparse.Namespace) -> int:
+    from ptmlab.analysis import runs
+    from ptmlab.core.rundir import RunDir, check_output_dir
+    from ptmlab.core.seed import configure_threads, set_seed
+
+    configure_threads()
+    cfg = resolve_config(AnalyzeConfig, args, args.config)
+    if not cfg.output:
+        raise PtmlabError("no output directory: pass --output OUT")
+    from pathlib import Path
+
+    check_output_dir(Path(cfg.output), cfg.overwrite)
+    set_seed(cfg.seed)
+    summary = runs.ANALYSES.get(args.kind)(args.model, cfg, lambda: _create(cfg, args))
+    print(runs.headline(args.kind, summary))
+    print(f"report: {RunDir(cfg.output).file('report.html')}")
+    return 0
+
+
+def _create(cfg, args):
+    from ptmlab.core.rundir import RunDir
+
+    run = RunDir.create(cfg.output, cfg.overwrite)
+    run.write_config({"model": args.model, **config_to_dict(cfg)}, f"analyze {getattr(args, 'kind', 'anomaly')}")
+    return run
+
+
+def run_anomaly(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ptmlab.analysis.runs import run_anomaly_analysis
+    from ptmlab.core.rundir import check_output_dir
+    from ptmlab.core.seed import configure_threads
+
+    configure_threads()
+    cfg = resolve_config(AnomalyConfig, args, args.config)
+    if not cfg.output:
+        raise PtmlabError("no output directory: pass --output OUT")
+    check_output_dir(Path(cfg.output), cfg.overwrite)
+    summary = run_anomaly_analysis(cfg, lambda: _create(cfg, args))
+    if "best_layer" in summary:
+        print(f"BLiMP: best layer {summary['best_layer']} accuracy {summary['best_accuracy']:.4f} "
+              f"({summary['pairs']} pairs); per layer {summary['per_layer']}")
+    print(f"report: {Path(cfg.output) / 'report.html'}")
+    return 0
