@@ -6,8 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from ptmlab.analysis.ablation import (AblationTable, CachedAblation, head_ablation, layer_ablation,
-                                      naive_head_ablation, naive_head_logits)
+from ptmlab.analysis.ablation import (
+    AblationTable,
+    CachedAblation,
+    head_ablation,
+    layer_ablation,
+    naive_head_ablation,
+    naive_head_logits,
+)
 from ptmlab.analysis.attention import PATTERNS, attention_stats, attentions, classify, map_features
 from ptmlab.analysis.explanation import PermutedLastLayer, explain, kendall_tau
 from ptmlab.core.errors import PtmlabError
@@ -40,14 +46,13 @@ def tiny():
 def test_cached_ablation_logits_equal_the_naive_loop(tiny):
     model, _, enc = tiny
     run = CachedAblation(model, enc, TASKS.get("sst2"), 0, batch_size=3)
-    for layer in range(2):
-        for head in range(4):
-            for kind in ("removed", "uniform"):
-                act = (lambda g, la=layer, h=head: g.remove_head(la, h)) if kind == "removed" else \
-                    (lambda g, la=layer, h=head: g.uniform_head(la, h))
-                fast = run.logits(layer, act)
-                slow = naive_head_logits(model, enc, layer, head, kind)
-                assert np.allclose(fast, slow, atol=1e-5), (layer, head, kind)
+    for layer, head, kind in ((0, 1, "removed"), (0, 2, "uniform"), (1, 0, "removed"), (1, 3, "uniform")):
+        def act(g, layer=layer, head=head, kind=kind):
+            return g.remove_head(layer, head) if kind == "removed" else g.uniform_head(layer, head)
+
+        fast = run.logits(layer, act)
+        slow = naive_head_logits(model, enc, layer, head, kind)
+        assert np.allclose(fast, slow, atol=1e-5), (layer, head, kind)
     assert not np.allclose(run.logits(1, lambda g: g.remove_head(1, 0)), run.base_logits, atol=1e-5)
 
 
@@ -106,29 +111,31 @@ def _maps(rows: list[list[float]]) -> torch.Tensor:
 
 
 def test_pattern_rule_and_entropy_on_hand_made_maps():
-    t = 6  # [CLS] w1 w2 w3 w4 [SEP]
+    t = 8  # [CLS] w1 .. w6 [SEP]
     mask = torch.ones(1, t)
-    special = torch.tensor([[True, False, False, False, False, True]])
+    special = torch.tensor([[True] + [False] * 6 + [True]])
     seg = torch.zeros(1, t, dtype=torch.long)
     eye = torch.eye(t)
     cls_col = torch.zeros(t, t)
     cls_col[:, 0] = 1
-    uniform = torch.full((t, t), 1 / t)
     far = torch.zeros(t, t)  # each query attends to a plain token at distance >= 2
-    for i, j in enumerate([3, 4, 4, 1, 1, 2]):
+    for i, j in enumerate([3, 4, 5, 6, 1, 1, 2, 3]):
         far[i, j] = 1
+    mixed = 0.4 * cls_col + 0.15 * eye + 0.45 * far
     cases = {"vertical": cls_col, "diagonal": eye, "vertical+diagonal": 0.5 * cls_col + 0.5 * eye,
-             "block": far, "heterogeneous": uniform}
+             "block": far, "heterogeneous": mixed}
     for name, m in cases.items():
         v, d, b, ent = map_features(m.view(1, 1, 1, t, t), mask, special, seg)
         kind = classify(v.numpy(), d.numpy(), b.numpy())
         assert PATTERNS[int(kind.item())] == name, (name, v, d, b)
+    v, d, b, _ = map_features(mixed.view(1, 1, 1, t, t), mask, special, seg)
+    assert (v.item(), d.item(), b.item()) == pytest.approx((0.4, 0.15, 0.45))
+    uniform = torch.full((t, t), 1 / t)
     v, d, b, ent = map_features(uniform.view(1, 1, 1, t, t), mask, special, seg)
     assert ent.item() == pytest.approx(math.log(t), rel=1e-5)
-    assert v.item() == pytest.approx(2 / 6) and b.item() + d.item() + v.item() == pytest.approx(1.0)
-    # the diagonal map: queries 1..4 keep all mass within one position; [CLS]/[SEP] rows put it on special columns
-    _, d, _, _ = map_features(eye.view(1, 1, 1, t, t), mask, special, seg)
-    assert d.item() == pytest.approx(4 / 6)
+    # plain rows: 2 special columns; neighbours (w1 and w6 have one plain neighbour): (2 + 3 * 4 + 2) / 6 columns
+    assert v.item() == pytest.approx(2 / t) and d.item() == pytest.approx(16 / 6 / t)
+    assert v.item() + d.item() + b.item() == pytest.approx(1.0)
 
 
 def test_attention_needs_eager_loading(tiny):

@@ -60,3 +60,18 @@ def test_minilm_finetunes_sst2_subset_and_reloads(tmp_path):
     rep = run_cli("report", str(run), str(run), "--output", str(tmp_path / "cmp"))
     assert rep.returncode == 0 and (tmp_path / "cmp" / "report.html").is_file()
     assert GLUE.is_dir()
+
+
+@needs_glue
+def test_unfreezing_study_compares_six_strategies_on_tiny(tmp_path):
+    out = tmp_path / "study"
+    r = run_cli("study", "unfreezing", "--model", "tiny", "--task", "sst2", "--max-train", "64", "--max-eval", "64",
+                "--epochs", "1", "--output", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads((out / "results.json").read_text())
+    rows = {row["strategy"]: row for row in res["rows"]}
+    assert set(rows) == {"full", "frozen", "gradual-unfreeze", "ulmfit", "adapter", "lora"}
+    assert rows["frozen"]["trainable_params"] < rows["adapter"]["trainable_params"] < rows["full"]["trainable_params"]
+    assert rows["lora"]["trainable_params"] < rows["full"]["trainable_params"]
+    assert "gradual unfreezing" in res["verdict"] and "verdict:" in r.stdout
+    assert (out / "report.html").is_file()

@@ -8,7 +8,9 @@ import csv
 import httpx
 import pytest
 
-from ptmlab.serve.app import ServeConfig, create_app
+from ptmlab.core.errors import PtmlabError
+from ptmlab.serve.app import create_app
+from ptmlab.serve.config import ServeConfig
 from ptmlab.serve.server import serve_in_thread
 from ptmlab.serve.state import Store, hash_key
 from tests.conftest import assert_clean_error, run_cli
@@ -16,8 +18,8 @@ from tests.test_serve_support import train_victim
 
 
 @pytest.fixture(scope="module")
-def victim(tmp_path_factory):
-    return train_victim(tmp_path_factory.mktemp("serve"))
+def victim():
+    return train_victim()
 
 
 @pytest.fixture
@@ -171,7 +173,7 @@ def test_metrics_healthz_and_openapi(victim, store):
         assert name in metrics.text
 
 
-def test_keys_cli_prints_the_key_once_and_stores_its_hash(tmp_path, victim):
+def test_keys_cli_prints_the_key_once_and_stores_its_hash(tmp_path, victim, store):
     env = {"PTMLAB_HOME": str(tmp_path / "h")}
     out = run_cli("keys", "create", "--name", "erin", "--daily-budget", "7", env=env)
     assert out.returncode == 0, out.stderr
@@ -184,6 +186,8 @@ def test_keys_cli_prints_the_key_once_and_stores_its_hash(tmp_path, victim):
     assert run_cli("keys", "revoke", "erin", env=env).returncode == 0
     assert store.find_key(key) is None
     assert_clean_error(run_cli("keys", "revoke", "nobody", env=env), "nobody")
-    assert_clean_error(run_cli("serve", str(tmp_path / "missing"), env=env), "missing")
     assert_clean_error(run_cli("serve", str(victim), "--output-policy", "rounded:x", env=env), "rounded")
-    assert_clean_error(run_cli("serve", str(victim), "--output-policy", "top", env=env), "top")
+    with pytest.raises(PtmlabError, match="missing"):
+        create_app(str(tmp_path / "missing"), ServeConfig(), store)
+    with pytest.raises(PtmlabError, match="top"):
+        create_app(str(victim), ServeConfig(output_policy="top"), store)

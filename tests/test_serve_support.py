@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -13,17 +16,24 @@ import httpx
 
 from tests.synthetic import write_task
 
+_VICTIM: list[Path] = []
 
-def train_victim(folder: Path, epochs: int = 4) -> Path:
-    """A tiny classifier fine-tuned on the synthetic task (dev accuracy ~1.0 in a few seconds)."""
+
+def train_victim() -> Path:
+    """A tiny classifier fine-tuned on the synthetic task (dev accuracy ~1.0), trained once per test session."""
     from ptmlab.train.args import FinetuneConfig
     from ptmlab.train.finetune import run_finetune
 
+    if _VICTIM:
+        return _VICTIM[0]
+    folder = Path(tempfile.mkdtemp(prefix="ptmlab-victim-"))
+    atexit.register(shutil.rmtree, folder, True)
     files = write_task(folder / "data", n_train=400, n_dev=100)
     out = folder / "victim"
     run_finetune(FinetuneConfig(model="tiny", task="synthetic", train_file=files["train"], dev_file=files["dev"],
-                                epochs=epochs, batch_size=16, lr=1e-3, max_length=32, output=str(out), seed=0,
-                                logging_steps=50))
+                                epochs=3, batch_size=16, lr=1e-3, max_length=32, output=str(out), seed=0,
+                                logging_steps=50, test=False))
+    _VICTIM.append(out)
     return out
 
 

@@ -1,7 +1,7 @@
 """Attention maps, entropy per head and Kovaleva et al.'s five pattern types.
 
-Pattern rule (per attention map of one head on one example, over non-padding tokens; each row sums to 1):
-  v = mean over query rows of the mass on special-token columns ([CLS], [SEP]),
+Pattern rule (per attention map of one head on one example; each row sums to 1; rows of plain query tokens):
+  v = mean over those query rows of the mass on special-token columns ([CLS], [SEP]),
   d = mean mass on the query's own and its two neighbouring positions (|i - j| <= 1), special columns excluded,
   b = mean mass on the other non-special tokens of the query's own segment.
   vertical: v >= 0.5 and d < 0.2;  diagonal: d >= 0.5 and v < 0.2;
@@ -76,9 +76,9 @@ def classify(v: np.ndarray, d: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def map_features(att: torch.Tensor, mask: torch.Tensor, special: torch.Tensor,
                  segments: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """v, d, b and entropy per map: ``att`` is [layers, batch, heads, T, T]; the rest are [batch, T]."""
+    """v, d, b and entropy per map, averaged over plain query rows: ``att`` is [layers, batch, heads, T, T]; the
+    rest are [batch, T]."""
     valid = mask.bool()
-    n = valid.sum(-1).clamp(min=1).float()  # [batch]
     t = att.shape[-1]
     pos = torch.arange(t)
     near = ((pos.view(-1, 1) - pos.view(1, -1)).abs() <= 1)  # [T, T]
@@ -88,7 +88,8 @@ def map_features(att: torch.Tensor, mask: torch.Tensor, special: torch.Tensor,
     v_cols = col_special.unsqueeze(1).float()  # [batch, 1, T]
     d_cells = (near.unsqueeze(0) & col_plain.unsqueeze(1)).float()  # [batch, T, T]
     b_cells = (same_seg & ~near.unsqueeze(0) & col_plain.unsqueeze(1)).float()
-    rows = valid.float()  # query rows that count
+    rows = col_plain.float()  # query rows that count: the plain tokens ([CLS]/[SEP] rows are left out)
+    n = rows.sum(-1).clamp(min=1)
 
     def row_mean(mass: torch.Tensor) -> torch.Tensor:  # mass [L, B, H, T] -> [L, B, H]
         return (mass * rows.view(1, -1, 1, t)).sum(-1) / n.view(1, -1, 1)

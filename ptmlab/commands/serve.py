@@ -8,7 +8,7 @@ from ptmlab.core.config import add_config_args, resolve_config
 
 
 def register(sub) -> None:
-    from ptmlab.serve.app import ServeConfig
+    from ptmlab.serve.config import ServeConfig
 
     p = sub.add_parser("serve", help="serve a model over HTTP with keys, quotas and output policies",
                        description="Serve RUN_DIR at POST /v1/predict (keys from `ptmlab keys create`); "
@@ -21,7 +21,8 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ptmlab.core.seed import configure_threads
-    from ptmlab.serve.app import ServeConfig, create_app
+    from ptmlab.serve.app import create_app
+    from ptmlab.serve.config import ServeConfig
     from ptmlab.serve.server import serve_forever
     from ptmlab.serve.state import Store
 

@@ -35,8 +35,7 @@ class Measurer:
         metrics, _ = evaluate(model, self._enc[id(tok)], self.spec, tok.pad_token_id or 0, self.cfg.eval_batch_size)
         return round(metrics[self.spec.main_metric], 4)
 
-    def row(self, name: str, model, size_mb: float | None, tokenizer=None, params: int | None = None,
-            baseline: dict | None = None) -> dict:
+    def row(self, name: str, model, size_mb: float | None, tokenizer=None, params: int | None = None) -> dict:
         from ptmlab.models.latency import measure_latency, parameter_count
 
         tok = tokenizer or self.tokenizer

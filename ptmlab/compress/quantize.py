@@ -134,11 +134,17 @@ class _PositionalLogits(nn.Module):
 
 def onnx_int8(src: str | Path, dst: str | Path) -> Path:
     """onnxruntime dynamic int8 quantization of an ONNX file (MatMul weights int8, per channel)."""
+    import logging
+
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     dst = Path(dst)
     tmp = dst.with_name(f".{dst.name}.tmp")
-    quantize_dynamic(str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
+    logging.disable(logging.WARNING)  # its pre-processing advice is printed through the root logger
+    try:
+        quantize_dynamic(str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
+    finally:
+        logging.disable(logging.NOTSET)
     tmp.replace(dst)
     return dst
 
@@ -159,7 +165,8 @@ class OrtModel(nn.Module):
         self._anchor = nn.Parameter(torch.zeros(0), requires_grad=False)  # gives a device to callers
 
     def forward(self, **inputs):
-        feed = {n: inputs[n].cpu().numpy() for n in self.input_names}
+        ids = inputs["input_ids"]
+        feed = {n: (inputs[n] if n in inputs else torch.zeros_like(ids)).cpu().numpy() for n in self.input_names}
         return SimpleNamespace(logits=torch.from_numpy(self.session.run(["logits"], feed)[0]))
 
 

@@ -76,7 +76,8 @@ def run_distill(cfg: DistillConfig, command: str = "distill") -> dict:
     s_tok = load_tokenizer(cfg.student) if own_tokenizer else t_tok
     s_info, t_info = ModelInfo.of(student), ModelInfo.of(teacher)
     matches = build_matches(cfg, s_info, t_info)
-    relation_heads = cfg.relation_heads or t_info.heads
+    uses_relations = any(m.feature in ("qk_relation", "vv_relation") for m in matches)
+    relation_heads = (cfg.relation_heads or t_info.heads) if uses_relations else None  # part of the cache key
     layer_matches = [m for m in matches if m.feature != "logits"]
     pred_matches = [m for m in matches if m.feature == "logits"]
     if cfg.intermediate_epochs and not (layer_matches and pred_matches):

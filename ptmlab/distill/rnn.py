@@ -45,13 +45,13 @@ class RNNEncoder(nn.Module):
 
 
 @MODIFIERS.register("rnn_student", help="replace the encoder by a BiLSTM or CNN (non-transformer student)")
-def use_rnn_encoder(model, kind: str, embed: int, hidden: int = 256, filters: int = 128,
+def use_rnn_encoder(model, arch: str, embed: int, hidden: int = 256, filters: int = 128,
                     record: bool = True) -> nn.Module:
     """Swap the shell's encoder for an RNNEncoder; its width must equal config.hidden_size (the classifier's input)."""
     c = model.config
-    model.bert = RNNEncoder(kind, c.vocab_size, c.pad_token_id or 0, embed, hidden, filters)
+    model.bert = RNNEncoder(arch, c.vocab_size, c.pad_token_id or 0, embed, hidden, filters)
     if record:
-        record_modification(model, "rnn_student", kind=kind, embed=embed, hidden=hidden, filters=filters)
+        record_modification(model, "rnn_student", arch=arch, embed=embed, hidden=hidden, filters=filters)
     return model
 
 

@@ -11,6 +11,9 @@ STUDIES: Registry = Registry("study")
 STUDY_MODULES = [
     "ptmlab.studies.unfreezing",
     "ptmlab.studies.tokenizers",
+    "ptmlab.studies.extraction",
+    "ptmlab.studies.ablation", "ptmlab.studies.attention_explanation", "ptmlab.studies.random_init",
+    "ptmlab.studies.anomaly",
 ]
 
 

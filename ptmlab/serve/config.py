@@ -1,0 +1,38 @@
+"""Options of ``ptmlab serve`` (a light module: the CLI imports it without loading FastAPI)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ptmlab.core.config import opt
+from ptmlab.core.errors import PtmlabError
+from ptmlab.serve.policy import parse_policy
+
+
+@dataclass
+class ServeConfig:
+    host: str = opt("127.0.0.1", "address to bind (loopback by default)")
+    port: int = opt(8000, "port to listen on")
+    output_policy: str = opt("probs", "what clients see: probs, label, or rounded:K")
+    max_batch: int = opt(32, "most texts in one forward pass (dynamic batching)")
+    max_wait_ms: float = opt(5.0, "longest a request waits for others to join its batch, in milliseconds")
+    max_texts: int = opt(64, "most texts in one request")
+    max_chars: int = opt(2000, "most characters in one text")
+    max_body: int = opt(1_000_000, "largest request body in bytes")
+    timeout: float = opt(30.0, "seconds a request may wait for its answer")
+    max_queue: int = opt(4096, "most texts waiting for the model before requests are refused with 429")
+    watermark_rate: float = opt(0.0, "fraction of queries answered with a wrong label and recorded (0: off)")
+    detector: bool = opt(True, "score each query with the extraction-query detector (stored in the audit log)")
+    max_length: int = opt(0, "truncate inputs to this many tokens (0: the run's --max-length)")
+
+    def validate(self) -> None:
+        parse_policy(self.output_policy)
+        for name in ("max_batch", "max_texts", "max_chars", "max_body", "max_queue"):
+            if getattr(self, name) < 1:
+                raise PtmlabError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.max_wait_ms < 0 or self.timeout <= 0:
+            raise PtmlabError(f"--max-wait-ms must be >= 0 and --timeout > 0 (got {self.max_wait_ms}, {self.timeout})")
+        if not 0 <= self.watermark_rate <= 0.5:
+            raise PtmlabError(f"--watermark-rate must be in [0, 0.5], got {self.watermark_rate}")
+        if not 0 < self.port < 65536:
+            raise PtmlabError(f"--port must be in 1..65535, got {self.port}")

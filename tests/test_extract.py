@@ -1,0 +1,142 @@
+"""Extraction against a served tiny victim: query generators, 429 handling, copy training, defences."""
+
+from __future__ import annotations
+
+import csv
+import random
+
+import pytest
+
+from ptmlab.core.errors import PtmlabError
+from ptmlab.data.loaders import Split
+from ptmlab.extraction.client import VictimClient
+from ptmlab.extraction.defences import flag_keys, verify_watermark
+from ptmlab.extraction.extract import ExtractConfig, run_extract
+from ptmlab.extraction.queries import make_queries, vocabulary
+from ptmlab.serve.app import create_app
+from ptmlab.serve.config import ServeConfig
+from ptmlab.serve.server import serve_in_thread
+from ptmlab.serve.state import Store
+from tests.conftest import assert_clean_error, run_cli
+from tests.test_serve_support import train_victim
+
+
+@pytest.fixture(scope="module")
+def victim():
+    return train_victim()
+
+
+def _cfg(victim, out, **kw) -> ExtractConfig:
+    data = victim.parent / "data"
+    base = dict(model="tiny", task="synthetic", train_file=str(data / "train.csv"), dev_file=str(data / "dev.csv"),
+                query_strategy="task", budget=300, epochs=4, batch_size=16, lr=1e-3, max_length=32, seed=0,
+                output=str(out), victim="http://unused", key="unused", logging_steps=50)
+    base.update(kw)
+    return ExtractConfig(**base)
+
+
+def test_query_generators_follow_the_paper(tmp_path):
+    train = Split(["a b c d", "one two three four five six", "x y"] * 10, None, [0, 1, 0] * 10)
+    texts, pairs = make_queries("random", 500, train, 0, pair=False)
+    vocab = set(vocabulary())
+    assert len(vocabulary()) >= 9_900 and pairs is None
+    assert all(w in vocab for t in texts for w in t.split())
+    assert {len(t.split()) for t in texts} == {2, 4, 6}  # lengths drawn from the task's texts
+    assert len(set(texts)) == 500
+    texts, pairs = make_queries("random", 50, train, 0, pair=True)
+    changed = [sum(a != b for a, b in zip(t.split(), p.split(), strict=True))
+               for t, p in zip(texts, pairs, strict=True)]
+    assert max(changed) <= 3 and sum(changed) > 0
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("= Title =\nThe cat sat on the mat. It was a sunny day in the park.\nShort one.\n")
+    texts, _ = make_queries("wiki", 20, train, 1, pair=False, corpus=str(corpus))
+    assert all(t.split()[0] in ("The", "It") for t in texts)
+    texts, _ = make_queries("task", 30, train, 2, pair=False)
+    assert sorted(texts) == sorted(train.text)
+    with pytest.raises(PtmlabError, match="budget"):
+        make_queries("task", 31, train, 2, pair=False)
+    with pytest.raises(PtmlabError, match="corpus"):
+        make_queries("wiki", 5, train, 0, pair=False, corpus=str(tmp_path / "none"))
+
+
+def test_extraction_copies_the_victim_and_respects_rate_limits(victim, tmp_path):
+    store = Store(tmp_path / "home")
+    key = store.create_key("thief", rate=4, burst=3)
+    with serve_in_thread(create_app(str(victim), ServeConfig(detector=False), store)) as url:
+        client = VictimClient(url, key, chunk=32)
+        s = run_extract(_cfg(victim, tmp_path / "copy", curve=["60"]), client)
+    assert s["soft_labels"] and s["policy"] == "probs"
+    assert s["rate_limited"] > 0 and s["waited_seconds"] >= 1  # 429s were waited out, not fatal
+    assert s["agreement"] >= 0.85 and s["metrics"]["accuracy"] >= 0.8
+    assert s["victim_metrics"]["accuracy"] >= 0.9
+    assert [p["budget"] for p in s["curve"]] == [60, 300]
+    assert s["eval_queries"] == 100
+    kid = store.resolve_key("thief").id
+    assert store.usage(kid)[kid]["queries"] == 300 + 100  # every query (and the dev labelling) was charged
+    for f in ("summary.json", "config.yaml", "queries.json", "model.safetensors", "report.html",
+              "curve/budget-60/summary.json"):
+        assert (tmp_path / "copy" / f).is_file(), f
+    assert "key: '***'" in (tmp_path / "copy" / "config.yaml").read_text()  # the API key is not written
+
+
+def test_label_only_policy_gives_hard_labels(victim, tmp_path):
+    store = Store(tmp_path / "home")
+    key = store.create_key("thief")
+    with serve_in_thread(create_app(str(victim), ServeConfig(detector=False, output_policy="label"), store)) as url:
+        s = run_extract(_cfg(victim, tmp_path / "copy", budget=200, epochs=2, victim_run=str(victim)),
+                        VictimClient(url, key))
+    assert not s["soft_labels"] and s["policy"] == "label" and s["eval_queries"] == 0
+    assert 0.5 <= s["agreement"] <= 1.0
+
+
+def test_detector_flags_the_random_query_key(victim, tmp_path):
+    store = Store(tmp_path / "home")
+    thief, user = store.create_key("thief"), store.create_key("user")
+    rng = random.Random(0)
+    with open(victim.parent / "data" / "dev.csv") as f:
+        real = [r["text"] for r in csv.DictReader(f)][:60]
+    train = Split(real, None, None)
+    fake, _ = make_queries("random", 60, train, 0, pair=False)
+    with serve_in_thread(create_app(str(victim), ServeConfig(), store)) as url:
+        VictimClient(url, thief).query(fake)
+        VictimClient(url, user).query(rng.sample(real, len(real)))
+    rows = {r["name"]: r for r in flag_keys(store, min_queries=20)}
+    assert rows["thief"]["flagged"] and not rows["user"]["flagged"]
+    assert rows["thief"]["mean_score"] > 0.5 > rows["user"]["mean_score"]
+
+
+def test_watermark_is_recorded_and_verified(victim, tmp_path):
+    from ptmlab.train.args import FinetuneConfig
+    from ptmlab.train.finetune import run_finetune
+
+    store = Store(tmp_path / "home")
+    key = store.create_key("thief")
+    train = Split(["a"], None, None)
+    texts, _ = make_queries("random", 400, train, 0, pair=False)
+    texts = [t + " " + w for t, w in zip(texts, ["great", "awful"] * 200, strict=True)]
+    with serve_in_thread(create_app(str(victim), ServeConfig(detector=False, watermark_rate=0.1), store)) as url:
+        answers = VictimClient(url, key).query(texts)
+    marks = [r for r in store.watermarks() if r.kind == "mark"]
+    assert 20 <= len(marks) <= 70 and all(r.given_label != r.true_label for r in marks)
+    by_text = dict(zip(texts, answers.labels, strict=True))
+    assert all(by_text[r.text] == r.given_label for r in marks)  # the API really answered the wrong label
+    clean = verify_watermark(str(victim), store)
+    assert not clean["watermarked"] and clean["mark_match_rate"] < 0.2
+    # a model that memorised the API's answers on these queries (marks included) is caught
+    names = answers.label_names
+    data = tmp_path / "stolen.csv"
+    with open(data, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["text", "label"])
+        w.writerows([r.text, names[r.given_label]] for r in store.watermarks())
+    run_finetune(FinetuneConfig(model="tiny", task="stolen", train_file=str(data), dev_file=str(data), epochs=15,
+                                batch_size=16, lr=3e-3, max_length=32, output=str(tmp_path / "stolen"), seed=0,
+                                logging_steps=100, eval_steps=10_000, test=False))
+    caught = verify_watermark(str(tmp_path / "stolen"), store)
+    assert caught["watermarked"] and caught["p_value"] < 0.01 and caught["mark_match_rate"] > 0.5
+
+
+def test_extract_cli_errors_are_one_line(tmp_path):
+    assert_clean_error(run_cli("extract", "--task", "sst2", "--output", str(tmp_path / "o")), "--victim")
+    assert_clean_error(run_cli("extract", "verify-watermark", str(tmp_path), env={"PTMLAB_HOME": str(tmp_path)}),
+                       "watermark")
