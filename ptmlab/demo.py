@@ -13,7 +13,10 @@ from pathlib import Path
 from ptmlab.core.registry import Registry
 
 DEMO_STAGES: Registry = Registry("demo stage")
-DEMO_STAGE_MODULES: list[str] = []  # modules that register stages (added by the distillation/compression work)
+DEMO_STAGE_MODULES: list[str] = [  # modules that register stages (added by the distillation/compression work)
+    "ptmlab.distill.demo_stage",
+    "ptmlab.compress.demo_stages",
+]
 VARIANT_COLUMNS = ["variant", "accuracy", "macro_f1", "params", "size_mb", "latency_b1_ms", "latency_b32_ms",
                    "speedup_b32"]
 

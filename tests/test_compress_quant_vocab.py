@@ -54,7 +54,8 @@ def test_kbit_rounding_by_hand():
 
 @needs_glue
 def test_int8_agrees_with_fp32_on_a_real_dev_subset(tmp_path):
-    """minilm with a logistic-regression head fitted on 160 SST-2 training sentences; 200 dev sentences."""
+    """minilm with a logistic-regression head fitted on 160 SST-2 training sentences; 200 dev sentences (sorted by
+    length so batches carry little padding)."""
     from sklearn.linear_model import LogisticRegression
 
     from ptmlab.data.loaders import load_task, subset
@@ -62,6 +63,7 @@ def test_int8_agrees_with_fp32_on_a_real_dev_subset(tmp_path):
     torch.manual_seed(0)
     data = load_task("sst2", glue_dir=str(GLUE))
     train, dev = subset(data.splits["train"], 160, 0), subset(data.splits["dev"], 200, 0)
+    dev_texts = sorted(dev.text, key=len)
     model = load_model("minilm", num_labels=2).eval()
     tok = load_tokenizer("minilm")
 
@@ -73,20 +75,22 @@ def test_int8_agrees_with_fp32_on_a_real_dev_subset(tmp_path):
                 out.append(model.bert(**dict(b)).pooler_output)
         return torch.cat(out).numpy()
 
-    clf = LogisticRegression(max_iter=2000).fit(pooled(train.text), train.label)
+    train_rows = sorted(zip(train.text, train.label, strict=True), key=lambda t: len(t[0]))
+    clf = LogisticRegression(max_iter=2000).fit(pooled([t for t, _ in train_rows]), [y for _, y in train_rows])
     with torch.no_grad():
         model.classifier.weight.copy_(torch.tensor(np.stack([-clf.coef_[0], clf.coef_[0]]) / 2))
         model.classifier.bias.copy_(torch.tensor([-clf.intercept_[0], clf.intercept_[0]]) / 2)
 
     def predict(m):
         preds = []
-        for s in range(0, len(dev.text), 50):
-            preds.append(_logits_trunc(m, tok, dev.text[s:s + 50]).argmax(-1))
+        for s in range(0, len(dev_texts), 50):
+            preds.append(_logits_trunc(m, tok, dev_texts[s:s + 50]).argmax(-1))
         return torch.cat(preds)
 
     fp32 = predict(model)
     # better than chance (the pooler of a sentence-embedding model gives weak features)
-    assert (fp32.numpy() == np.array(dev.label)).mean() > 0.55
+    gold = [lab for _, lab in sorted(zip(dev.text, dev.label, strict=True), key=lambda t: len(t[0]))]
+    assert (fp32.numpy() == np.array(gold)).mean() > 0.55
     agree_torch = (predict(torch_int8(model)) == fp32).float().mean().item()
     onnx = onnx_int8(export_onnx(model, tmp_path / "fp32.onnx"), tmp_path / "int8.onnx")
     agree_onnx = (predict(OrtModel(onnx, model.config)) == fp32).float().mean().item()
@@ -117,13 +121,19 @@ def test_bad_configs_are_refused():
         build_config(CompressConfig, {"steps": ["int8", "heads=0.3"]})
 
 
-def test_bad_compression_inputs_exit_2(tmp_path):
+def test_bad_compression_inputs_exit_2(tmp_path, capsys):
+    """In process (``main``), except the last case, which checks the real process exit once."""
+    from ptmlab.cli import main
+
     files = write_task(tmp_path / "data", 40, 20)
     data = ["--task", "syn", "--train-file", files["train"], "--dev-file", files["dev"]]
-    assert_clean_error(run_cli("prune", "tiny", "--heads", "1.2", *data, "--output", str(tmp_path / "p")),
-                       "--heads 1.2", "[0, 1)")
-    assert_clean_error(run_cli("compress", "tiny", "--steps", "vocab,hedas=0.3", *data, "--output",
-                               str(tmp_path / "c")), "hedas")
+    for args, needles in [(["prune", "tiny", "--heads", "1.2"], ("--heads 1.2", "[0, 1)")),
+                          (["compress", "tiny", "--steps", "vocab,hedas=0.3"], ("hedas",))]:
+        rc = main([*args, *data, "--output", str(tmp_path / "out")])
+        lines = [ln for ln in capsys.readouterr().err.strip().splitlines() if ln.strip()]
+        assert rc == 2 and len(lines) == 1 and lines[0].startswith("error:"), lines
+        assert all(n in lines[0] for n in needles), lines[0]
+        assert not (tmp_path / "out").exists()
     onnx_dir = tmp_path / "q"
     onnx_dir.mkdir()
     (onnx_dir / "config.json").write_text("{}")

@@ -1,4 +1,5 @@
-"""``ptmlab prune`` / ``quantize`` / ``compress``: structured pruning, int8 quantization, and the pipeline."""
+"""``ptmlab prune`` / ``quantize`` / ``compress`` / ``lowrank`` / ``share`` / ``magnitude``: structured pruning,
+int8 quantization, the pipeline, low-rank factorisation, cross-layer sharing and unstructured magnitude pruning."""
 
 from __future__ import annotations
 
@@ -30,12 +31,32 @@ def register(sub) -> None:
     q.set_defaults(func=_quantize)
 
     c = sub.add_parser("compress", help="run compression steps in order and tabulate each step's cost",
-                       description="Apply steps (vocab, heads=F, ffn=F, layers=I+J, recover=E, int8) in order; "
-                                   "report size, parameters, latency and dev metric after each, with a Pareto plot.")
+                       description="Apply steps (vocab, heads=F, ffn=F, layers=I+J, magnitude=F, lowrank=R, share=G, "
+                                   "int8) in order; report size, parameters, latency and dev metric after each, "
+                                   "with a Pareto plot.")
     c.add_argument("model", metavar="RUN_DIR", help="a fine-tuned run directory or model")
     c.add_argument("--config", help="YAML file with options (flags override it)")
     add_config_args(c, CompressConfig, exclude=("model",))
     c.set_defaults(func=_compress)
+
+    from ptmlab.compress.transform import CHANGES
+
+    helps = {"lowrank": ("factorise Linear layers by truncated SVD, then recover by fine-tuning",
+                         "Replace encoder Linear layers by rank-r SVD factor pairs (rank by --rank-ratio or "
+                         "--energy) where that saves parameters; fine-tune to recover; the result reloads."),
+             "share": ("tie groups of consecutive layers to one set of weights (ALBERT-style), then recover",
+                       "Split the layers into --groups runs; each run uses one layer's weights (mean of the group "
+                       "or its first layer); fine-tune to recover; the result stores each group once."),
+             "magnitude": ("zero the smallest encoder weights (unstructured), then recover",
+                           "torch.nn.utils.prune L1 pruning of encoder Linear weights, global or per layer, made "
+                           "permanent; weights stay dense, so size and speed do not change.")}
+    for verb, (cls, _) in CHANGES.items():
+        short, long = helps[verb]
+        v = sub.add_parser(verb, help=short, description=long)
+        v.add_argument("model", metavar="RUN_DIR_OR_MODEL", help="a fine-tuned run directory or model")
+        v.add_argument("--config", help="YAML file with options (flags override it)")
+        add_config_args(v, cls, exclude=("model", "epochs"))
+        v.set_defaults(func=_change, verb=verb)
 
 
 def _prune(args: argparse.Namespace) -> int:
@@ -63,4 +84,20 @@ def _compress(args: argparse.Namespace) -> int:
     from ptmlab.compress.pipeline import CompressConfig, run_compress
 
     run_compress(resolve_config(CompressConfig, args, args.config))
+    return 0
+
+
+def _change(args: argparse.Namespace) -> int:
+    from ptmlab.compress.transform import CHANGES, run_change
+
+    cls, change = CHANGES[args.verb]
+    s = run_change(resolve_config(cls, args, args.config), change, command=args.verb)
+    m = s["main_metric"]
+    after = s["metrics"].get(m)
+    print(f"params {s['params_before']:,} -> {s['params']:,}; dev {m}: {s['dev_before'].get(m):.4f} before -> "
+          f"{s['dev_changed'].get(m):.4f} after {args.verb} -> {after:.4f} final")
+    if args.verb == "magnitude":
+        print(f"sparsity of encoder Linear weights: {s['change']['sparsity_encoder_linear']:.4f} (dense storage: "
+              f"file size and CPU latency are unchanged)")
+    print(f"run directory: {args.output}")
     return 0

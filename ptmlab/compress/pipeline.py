@@ -1,7 +1,8 @@
 """``ptmlab compress RUN --steps vocab,heads=0.4,ffn=0.3,int8``: apply steps in order, measure after each.
 
 A step is ``fn(state, arg) -> None`` registered in ``STEPS``; it changes ``state.model`` / ``state.tokenizer``.
-Structural steps (heads, ffn, layers) are followed by recovery fine-tuning when ``--recover-epochs`` > 0.
+Structural steps (heads, ffn, params, layers, magnitude, lowrank, share) are followed by recovery fine-tuning
+when ``--recover-epochs`` > 0; lowrank and share must follow every slicing step.
 ``int8`` (onnxruntime dynamic int8) ends the pipeline: the result is an ONNX file.
 """
 
@@ -23,7 +24,8 @@ STEPS: Registry = Registry("compression step")
 @dataclass
 class CompressConfig(ModelArgs, DataArgs, TrainArgs):
     steps: list[str] = opt(["vocab", "heads=0.4", "ffn=0.3", "int8"], "steps in order: vocab, heads=F, ffn=F, "
-                                                                         "layers=I+J, params=F, int8, torch-int8")
+                                                                         "layers=I+J, params=F, magnitude=F, "
+                                                                         "lowrank=R, share=G, int8, torch-int8")
     importance: str = opt("gate", "importance score for heads/ffn steps: gate, grad-weight, entropy")
     importance_examples: int = opt(500, "training examples used to score heads and neurons")
     recover_epochs: float = opt(1.0, "recovery fine-tuning epochs after each structural step (0: none)")
@@ -39,6 +41,11 @@ class CompressConfig(ModelArgs, DataArgs, TrainArgs):
         for i, (name, _) in enumerate(parsed):
             if name in ("int8", "torch-int8") and i != len(parsed) - 1:
                 raise PtmlabError(f"step '{name}' must come last: a quantized model cannot be pruned further")
+        for i, (name, _) in enumerate(parsed):
+            later = [n for n, _ in parsed[i + 1:] if n in SLICING_STEPS]
+            if name in ("lowrank", "share") and later:
+                raise PtmlabError(f"step '{later[0]}' cannot follow '{name}': prune heads, FFN, layers and weights "
+                                  f"before low-rank factorisation or weight sharing")
         if self.recover_epochs < 0:
             raise PtmlabError(f"--recover-epochs must be >= 0, got {self.recover_epochs}")
 
@@ -81,14 +88,23 @@ def _importance(st: State):
     return compute_importance(st.cfg.importance, st.model, enc, st.tokenizer.pad_token_id or 0)
 
 
-def _structural(st: State, **target) -> None:
-    from ptmlab.compress.prune import prune_by_target, recover
+SLICING_STEPS = ("heads", "ffn", "params", "layers", "magnitude")
 
-    st.info.update(prune_by_target(st.model, _importance(st), **target))
+
+def _recover(st: State) -> None:
+    from ptmlab.compress.prune import recover
+
     if st.cfg.recover_epochs > 0:
         n = len(list(st.work.glob("recover-*")))
         st.model, _ = recover(st.model, st.tokenizer, st.cfg, st.work / f"recover-{n}", st.cfg.recover_epochs,
                               command="compress")
+
+
+def _structural(st: State, **target) -> None:
+    from ptmlab.compress.prune import prune_by_target
+
+    st.info.update(prune_by_target(st.model, _importance(st), **target))
+    _recover(st)
 
 
 @STEPS.register("heads", help="remove a fraction of attention heads (heads=0.4)")
@@ -113,6 +129,43 @@ def _layers(st: State, arg: str | None) -> None:
     except ValueError:
         raise PtmlabError(f"step 'layers' needs layer numbers like layers=0+5, got 'layers={arg}'") from None
     _structural(st, layers=layers)
+
+
+@STEPS.register("magnitude", help="zero a fraction of encoder weights by magnitude, globally (magnitude=0.5)")
+def _magnitude(st: State, arg: str | None) -> None:
+    from ptmlab.compress.magnitude import apply_masks, magnitude_prune, zero_masks
+
+    info = magnitude_prune(st.model, _fraction("magnitude", arg))
+    st.info["magnitude_sparsity"] = info["sparsity_encoder_linear"]
+    masks = zero_masks(st.model)
+    _recover(st)
+    apply_masks(st.model, masks)  # recovery moved pruned weights off zero
+
+
+@STEPS.register("lowrank", help="truncated-SVD factorisation of encoder Linear layers at a rank ratio (lowrank=0.25)")
+def _lowrank(st: State, arg: str | None) -> None:
+    from ptmlab.compress.lowrank import low_rank
+
+    try:
+        ratio = float(arg)
+    except (TypeError, ValueError):
+        raise PtmlabError(f"step 'lowrank' needs a rank ratio like lowrank=0.25, got 'lowrank={arg}'") from None
+    st.info["lowrank_ranks"] = low_rank(st.model, ratio=ratio)["ranks"]
+    _recover(st)
+
+
+@STEPS.register("share", help="ALBERT-style sharing: tie the layers in G groups of consecutive layers (share=3)")
+def _share(st: State, arg: str | None) -> None:
+    from ptmlab.compress.sharing import even_groups, share_layers
+    from ptmlab.models.structure import structure_of
+
+    try:
+        groups = int(arg)
+    except (TypeError, ValueError):
+        raise PtmlabError(f"step 'share' needs a number of layer groups like share=3, got 'share={arg}'") from None
+    share_layers(st.model, even_groups(structure_of(st.model).num_layers(st.model), groups))
+    st.info["share_groups"] = groups
+    _recover(st)
 
 
 @STEPS.register("vocab", help="keep only the task corpus' tokens in the vocabulary")

@@ -32,9 +32,15 @@ def build_matches(cfg: DistillConfig, student: ModelInfo, teacher: ModelInfo) ->
         matches = parse_matches(cfg.matches)
     else:
         losses = parse_losses(cfg.losses)
+        other = [n for n, _ in losses if n != "soft_ce"]
+        if student.rnn and other:
+            raise PtmlabError(f"loss '{other[0]}' needs layers from the student, but a {student.rnn} student has "
+                              f"none: use --losses soft_ce")
         layered_loss = any(n not in ("soft_ce", "embedding_mse") for n, _ in losses)
         pairs = layer_map(cfg.layer_map, student.layers, teacher.layers) if layered_loss and student.layers else []
         matches = default_matches(losses, pairs, student, teacher)
+    if not matches:
+        raise PtmlabError("no match to train on: declare matches or pass --losses, e.g. soft_ce")
     check_matches(matches, student, teacher)
     return matches
 

@@ -18,12 +18,19 @@ RNN_KINDS = {"bilstm": {"embed": 0, "hidden": 256}, "cnn": {"embed": 0, "filters
 
 
 class RNNEncoder(nn.Module):
-    """Embeddings + BiLSTM or CNN, max-pooled over real tokens into a [B, width] sentence vector."""
+    """Embeddings + BiLSTM or CNN, max-pooled over real tokens into a [B, width] sentence vector.
+
+    Module names follow BERT's (``embeddings.word_embeddings``, an empty ``encoder.layer``), so the structure map
+    reads it as a BERT with embeddings and zero transformer layers.
+    """
 
     def __init__(self, kind: str, vocab: int, pad_id: int, embed: int, hidden: int = 256, filters: int = 128):
         super().__init__()
         self.kind = kind
-        self.word_embeddings = nn.Embedding(vocab, embed, padding_idx=pad_id)
+        self.embeddings = nn.Module()
+        self.embeddings.word_embeddings = nn.Embedding(vocab, embed, padding_idx=pad_id)
+        self.encoder = nn.Module()
+        self.encoder.layer = nn.ModuleList()
         if kind == "bilstm":
             self.rnn = nn.LSTM(embed, hidden, batch_first=True, bidirectional=True)
         else:
@@ -31,7 +38,7 @@ class RNNEncoder(nn.Module):
 
     def forward(self, input_ids=None, attention_mask=None, **kwargs) -> BaseModelOutputWithPooling:
         mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
-        x = self.word_embeddings(input_ids)
+        x = self.embeddings.word_embeddings(input_ids)
         if self.kind == "bilstm":
             lengths = mask.sum(-1).clamp_min(1).cpu()
             packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
@@ -82,5 +89,5 @@ def build_rnn_student(kind: str, params: dict[str, int], teacher, num_labels: in
     use_rnn_encoder(model, kind, **opts)
     if t_emb.shape[1] == opts["embed"]:
         with torch.no_grad():
-            model.bert.word_embeddings.weight.copy_(t_emb)
+            model.bert.embeddings.word_embeddings.weight.copy_(t_emb)
     return model

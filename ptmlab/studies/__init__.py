@@ -10,6 +10,7 @@ STUDIES: Registry = Registry("study")
 
 STUDY_MODULES = [
     "ptmlab.studies.unfreezing",
+    "ptmlab.studies.distillation",
     "ptmlab.studies.tokenizers",
     "ptmlab.studies.extraction",
     "ptmlab.studies.ablation", "ptmlab.studies.attention_explanation", "ptmlab.studies.random_init",

@@ -1,0 +1,160 @@
+"""Benchmark: compression of a minilm fine-tuned on SST-2, every measurement in one run.
+
+Rows (dev accuracy on the whole SST-2 dev set, size of the weight files, median batch-1/32 CPU latency):
+fp32 base; 40% of heads removed by |dL/d gate| (500 examples) before and after one recovery epoch; torch dynamic
+int8; ONNX fp32; onnxruntime int8; vocabulary pruned to the SST-2 corpus; and the combined pipeline (heads 40% +
+recovery, vocabulary, onnxruntime int8). The combined row reuses the recovered pruned model: vocabulary pruning
+leaves outputs unchanged, so its order relative to head pruning does not matter. Each target of issue 4 is checked.
+Writes benchmarks/results/compress.json and prints the table.
+
+Scaled for a busy 2-core machine (about 15-20 minutes): recovery fine-tunes on --recover-train rows (default
+1500 of the 67k; the base model saw 4,000), max length 64, latency from --repeats timed passes over 64 dev
+sentences.
+
+    python benchmarks/compress.py --model RUN_DIR [--recover-train 1500] [--glue-dir ../shared/data/glue]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("PTMLAB_PROGRESS", "0")
+
+ROOT = Path(__file__).resolve().parents[1]
+# run as a script, this folder comes first on sys.path, where benchmarks/tokenizers.py would shadow `tokenizers`
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(ROOT))
+
+TARGETS = {"heads_drop_points_max": 0.3, "int8_speedup_b32_min": 1.8, "int8_drop_points_max": 1.0,
+           "vocab_size_reduction_min": 0.40, "combined_size_ratio_min": 4.0, "combined_speedup_b32_min": 2.0,
+           "combined_drop_points_max": 1.5}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True, help="a minilm run directory fine-tuned on SST-2")
+    ap.add_argument("--glue-dir", default=None)
+    ap.add_argument("--recover-train", type=int, default=1500, help="training rows for the recovery epoch")
+    ap.add_argument("--repeats", type=int, default=5, help="timed repeats per latency measurement")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "compress.json"))
+    args = ap.parse_args()
+
+    from ptmlab.compress.importance import compute_importance
+    from ptmlab.compress.measure import Measurer, add_ratios
+    from ptmlab.compress.prune import prune_by_target, recover
+    from ptmlab.compress.quantize import OrtModel, export_onnx, int8_state, onnx_int8, torch_int8
+    from ptmlab.compress.surgery import heads_per_layer
+    from ptmlab.compress.vocab import prune_vocabulary
+    from ptmlab.core.config import build_config
+    from ptmlab.core.io import atomic_save_file, atomic_write_json
+    from ptmlab.core.seed import configure_threads, set_seed
+    from ptmlab.data.encode import encode_split
+    from ptmlab.data.loaders import subset
+    from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.studies.common import print_table
+    from ptmlab.train.args import FinetuneConfig
+    from ptmlab.train.finetune import load_task_data
+
+    configure_threads()
+    set_seed(0)
+    start = time.time()
+    cfg = build_config(FinetuneConfig, {"task": "sst2", "glue_dir": args.glue_dir, "max_train": args.recover_train,
+                                        "max_length": 64, "epochs": 1.0, "lr": 5e-5, "batch_size": 32, "seed": 0,
+                                        "max_eval": 200}, source="benchmark")
+    cfg.latency_repeats = args.repeats
+    data = load_task_data(cfg)
+    tok = load_tokenizer(args.model)
+    base = load_model(args.model)
+    meas_cfg = build_config(FinetuneConfig, {"task": "sst2", "glue_dir": args.glue_dir, "max_length": 64},
+                            source="benchmark")  # the whole dev set
+    meas_cfg.latency_repeats = args.repeats
+    meas = Measurer(meas_cfg, tok)
+    rows = [meas.row("fp32 base", base, meas.saved_size(base))]
+    with tempfile.TemporaryDirectory(prefix="bench-compress-") as tmp:
+        tmp = Path(tmp)
+        # 40% of heads
+        pruned = load_model(args.model)
+        imp_enc = encode_split(tok, subset(data.splits["train"], 500, 0), 64)
+        imp = compute_importance("gate", pruned, imp_enc, tok.pad_token_id or 0)
+        cut = prune_by_target(pruned, imp, heads=0.4)
+        rows.append(meas.row("heads -40%", pruned, meas.saved_size(pruned)))
+        t0 = time.time()
+        pruned, _ = recover(pruned, tok, cfg, tmp / "recovered", 1.0, command="benchmark")
+        recover_s = time.time() - t0
+        rows.append(meas.row("heads -40% + recovery", pruned, meas.saved_size(pruned)))
+        # int8
+        q = torch_int8(base)
+        atomic_save_file(int8_state(q), tmp / "int8.safetensors")
+        rows.append(meas.row("torch int8", q, round((tmp / "int8.safetensors").stat().st_size / 2**20, 2)))
+        fp = export_onnx(base, tmp / "fp32.onnx")
+        rows.append(meas.row("onnx fp32", OrtModel(fp, base.config), round(fp.stat().st_size / 2**20, 2)))
+        q8 = onnx_int8(fp, tmp / "int8.onnx")
+        rows.append(meas.row("onnx int8", OrtModel(q8, base.config), round(q8.stat().st_size / 2**20, 2)))
+        # vocabulary
+        full = load_task_data(build_config(FinetuneConfig, {"task": "sst2", "glue_dir": args.glue_dir},
+                                           source="benchmark"))
+        corpus = [t for s in full.splits.values() for t in s.text]
+        vmodel = load_model(args.model)
+        vtok, vinfo = prune_vocabulary(vmodel, tok, corpus)
+        rows.append(meas.row("vocab pruned", vmodel, meas.saved_size(vmodel), tokenizer=vtok))
+        # combined: recovered pruned model + vocabulary + onnxruntime int8
+        ctok, _ = prune_vocabulary(pruned, tok, corpus)
+        cfp = export_onnx(pruned, tmp / "combined_fp32.onnx")
+        c8 = onnx_int8(cfp, tmp / "combined.onnx")
+        rows.append(meas.row("heads -40% + recovery + vocab + onnx int8", OrtModel(c8, pruned.config),
+                             round(c8.stat().st_size / 2**20, 2), tokenizer=ctok))
+    add_ratios(rows, rows[0])
+    by = {r["variant"]: r for r in rows}
+    b = rows[0]
+
+    def drop(name: str) -> float:
+        return round(100 * (b["dev"] - by[name]["dev"]), 2)
+
+    checks = {
+        "heads_drop_points": drop("heads -40% + recovery"),
+        "heads_latency_gain_b32": by["heads -40% + recovery"]["speedup_b32"],
+        "heads_latency_gain_b1": round(b["latency_b1_ms"] / by["heads -40% + recovery"]["latency_b1_ms"], 2),
+        "int8_speedup_b32": by["onnx int8"]["speedup_b32"], "int8_drop_points": drop("onnx int8"),
+        "torch_int8_speedup_b32": by["torch int8"]["speedup_b32"], "torch_int8_drop_points": drop("torch int8"),
+        "vocab_size_reduction": round(1 - by["vocab pruned"]["size_mb"] / b["size_mb"], 3),
+        "vocab_drop_points": drop("vocab pruned"),
+        "combined_size_ratio": by["heads -40% + recovery + vocab + onnx int8"]["size_ratio"],
+        "combined_speedup_b32": by["heads -40% + recovery + vocab + onnx int8"]["speedup_b32"],
+        "combined_drop_points": drop("heads -40% + recovery + vocab + onnx int8"),
+    }
+    met = {
+        "heads": checks["heads_drop_points"] <= TARGETS["heads_drop_points_max"],
+        "int8": checks["int8_speedup_b32"] >= TARGETS["int8_speedup_b32_min"]
+        and checks["int8_drop_points"] <= TARGETS["int8_drop_points_max"],
+        "vocab": checks["vocab_size_reduction"] >= TARGETS["vocab_size_reduction_min"]
+        and checks["vocab_drop_points"] == 0,
+        "combined": checks["combined_size_ratio"] >= TARGETS["combined_size_ratio_min"]
+        and checks["combined_speedup_b32"] >= TARGETS["combined_speedup_b32_min"]
+        and checks["combined_drop_points"] <= TARGETS["combined_drop_points_max"],
+    }
+    result = {"model": args.model, "task": "sst2", "dev_examples": len(meas.data.splits["dev"].text),
+              "max_length": 64, "recover_train": args.recover_train, "recover_seconds": round(recover_s, 1),
+              "heads": {"before": cut["heads_before"], "after": sum(heads_per_layer(pruned)),
+                        "per_layer": heads_per_layer(pruned)},
+              "vocab": vinfo, "rows": rows, "checks": checks, "targets": TARGETS, "targets_met": met,
+              "threads": __import__("torch").get_num_threads(), "load_average": os.getloadavg(),
+              "seconds": round(time.time() - start, 1)}
+    atomic_write_json(args.out, result)
+    print_table(rows, ["variant", "dev", "params", "size_mb", "latency_b1_ms", "latency_b32_ms", "speedup_b32",
+                       "size_ratio"])
+    for k, v in checks.items():
+        print(f"{k}: {v}")
+    print(f"targets met: {met}; {result['seconds']:.0f}s; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

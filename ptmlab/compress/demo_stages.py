@@ -1,0 +1,74 @@
+"""Demo stages: the fine-tuned demo model pruned (40% of heads, short recovery) and quantized (onnxruntime int8).
+
+Recovery is kept short so the stages add about three minutes on 2 cores: at most 1,000 training tweets (fewer if
+the demo trained on fewer), one epoch, the recovery run's own dev check on 500 tweets. Every variant is scored on
+the same whole test split as the fine-tuned model.
+"""
+
+from __future__ import annotations
+
+from ptmlab.demo import DEMO_STAGES, DemoContext, variant_row
+
+RECOVERY_EXAMPLES = 1000
+
+
+def _test_split():
+    """The tweets test split and task spec (the demo scores every variant on it)."""
+    from ptmlab.data.loaders import load_task
+
+    data = load_task("tweets")
+    return data.splits["test"], data.spec
+
+
+def _test_metrics(model, tokenizer, ctx: DemoContext) -> dict:
+    from ptmlab.data.encode import encode_split
+    from ptmlab.train.evaluate import evaluate
+
+    split, spec = _test_split()
+    enc = encode_split(tokenizer, split, ctx.config.max_length)
+    return evaluate(model, enc, spec, tokenizer.pad_token_id or 0, 128)[0]
+
+
+def _texts() -> list[str]:
+    return list(_test_split()[0].text[:64])
+
+
+@DEMO_STAGES.register("pruned", help="40% of attention heads removed (|dL/d gate|), short recovery fine-tuning")
+def pruned_stage(ctx: DemoContext) -> list[dict]:
+    from ptmlab.compress.importance import compute_importance
+    from ptmlab.compress.prune import prune_by_target, recover
+    from ptmlab.core.config import build_config
+    from ptmlab.data.encode import encode_split
+    from ptmlab.data.loaders import load_task, subset
+    from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.train.args import FinetuneConfig
+
+    d = ctx.config
+    n = min(RECOVERY_EXAMPLES, d.max_train or RECOVERY_EXAMPLES)
+    model, tok = load_model(str(ctx.run_dir)), load_tokenizer(str(ctx.run_dir))
+    imp_split = subset(load_task("tweets").splits["train"], min(500, n), d.seed)
+    imp = compute_importance("gate", model, encode_split(tok, imp_split, d.max_length), tok.pad_token_id or 0)
+    cut = prune_by_target(model, imp, heads=0.4)
+    print(f"  heads {cut['heads_before']} -> {cut['heads_after']}; recovery on {n} tweets")
+    cfg = build_config(FinetuneConfig, {"task": "tweets", "max_train": n, "max_eval": 500, "epochs": 1.0,
+                                        "max_length": d.max_length, "lr": d.lr, "seed": d.seed, "batch_size": 32},
+                       source="demo")
+    out = ctx.run_dir / "pruned"
+    model, _ = recover(model, tok, cfg, out, 1.0, command="demo")
+    return [variant_row("pruned 40% heads + recovery", model, tok, _test_metrics(model, tok, ctx), _texts(), out,
+                        baseline_b32=ctx.baseline_b32)]
+
+
+@DEMO_STAGES.register("quantized", help="onnxruntime dynamic int8 of the fine-tuned model")
+def quantized_stage(ctx: DemoContext) -> list[dict]:
+    from ptmlab.compress.quantize import OrtModel, export_onnx, onnx_int8
+    from ptmlab.models.zoo import load_model, load_tokenizer
+
+    model, tok = load_model(str(ctx.run_dir)), load_tokenizer(str(ctx.run_dir))
+    out = ctx.run_dir / "quantized"
+    fp = export_onnx(model, out / "model_fp32.onnx")
+    q8 = onnx_int8(fp, out / "model.onnx")
+    fp.unlink()
+    ort = OrtModel(q8, model.config)
+    return [variant_row("onnx int8", ort, tok, _test_metrics(ort, tok, ctx), _texts(), out,
+                        baseline_b32=ctx.baseline_b32)]

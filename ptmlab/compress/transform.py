@@ -1,0 +1,142 @@
+"""``ptmlab lowrank`` / ``share`` / ``magnitude``: one model change, then recovery fine-tuning (``run_finetune``).
+
+Each command loads a fine-tuned model, measures its dev metric, applies its change, measures again, optionally
+recovers by fine-tuning, and writes a run directory (``summary.json``: dev before / after the change / after
+recovery, parameters before and after, and the change's own numbers) that ``ptmlab evaluate`` loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ptmlab.core.config import config_to_dict, opt
+from ptmlab.core.errors import PtmlabError
+from ptmlab.train.args import DataArgs, ModelArgs, TrainArgs
+
+
+@dataclass
+class _ChangeArgs(ModelArgs, DataArgs, TrainArgs):
+    recover_epochs: float = opt(1.0, "recovery fine-tuning epochs after the change (0: none)")
+
+    def validate(self) -> None:
+        self.validate_data()
+        if self.recover_epochs < 0:
+            raise PtmlabError(f"--recover-epochs must be >= 0, got {self.recover_epochs}")
+        if self.recover_epochs > 0:
+            self.validate_train()
+
+
+@dataclass
+class LowRankConfig(_ChangeArgs):
+    rank_ratio: float | None = opt(None, "rank of each factorised layer as a fraction of its full rank, in (0, 1]")
+    energy: float | None = opt(None, "or: keep the fewest singular values holding this share of sum(s^2)")
+    parts: list[str] = opt(["query", "key", "value", "attn_output", "ffn_in", "ffn_out"],
+                           "layer parts to factorise")
+
+    def validate(self) -> None:
+        super().validate()
+        if (self.rank_ratio is None) == (self.energy is None):
+            raise PtmlabError("give exactly one of --rank-ratio and --energy")
+        import torch
+
+        from ptmlab.compress.lowrank import choose_rank
+
+        choose_rank(torch.eye(2), self.rank_ratio, self.energy)  # range checks
+
+
+@dataclass
+class ShareConfig(_ChangeArgs):
+    groups: int = opt(3, "number of groups of consecutive layers; each group shares one layer's weights")
+    init: str = opt("mean", "shared weights start as the group's mean or its first layer", choices=["mean", "first"])
+
+
+@dataclass
+class MagnitudeConfig(_ChangeArgs):
+    sparsity: float = opt(0.5, "fraction of encoder Linear weights set to zero, in [0, 1)")
+    scope: str = opt("global", "rank weights over all layers (global) or within each layer (layer)",
+                     choices=["global", "layer"])
+
+    def validate(self) -> None:
+        super().validate()
+        from ptmlab.compress.targets import check_fraction
+
+        check_fraction("sparsity", self.sparsity)
+
+
+def lowrank_change(model, cfg: LowRankConfig) -> dict:
+    from ptmlab.compress.lowrank import low_rank
+
+    return low_rank(model, ratio=cfg.rank_ratio, energy=cfg.energy, parts=cfg.parts)
+
+
+def share_change(model, cfg: ShareConfig) -> dict:
+    from ptmlab.compress.sharing import even_groups, share_layers
+    from ptmlab.models.structure import structure_of
+
+    groups = even_groups(structure_of(model).num_layers(model), cfg.groups)
+    share_layers(model, groups, init=cfg.init)
+    return {"groups": groups, "init": cfg.init}
+
+
+def magnitude_change(model, cfg: MagnitudeConfig) -> dict:
+    from ptmlab.compress.magnitude import magnitude_prune
+
+    return magnitude_prune(model, cfg.sparsity, cfg.scope)
+
+
+def run_change(cfg, change: Callable[[object, object], dict], command: str) -> dict:
+    """Load ``cfg.model``, apply ``change``, recover, save into ``cfg.output``; returns the summary."""
+    from ptmlab.compress.magnitude import apply_masks, zero_masks
+    from ptmlab.compress.prune import recover
+    from ptmlab.compress.quantize import check_not_quantized
+    from ptmlab.core.rundir import RunDir, check_output_dir
+    from ptmlab.core.seed import configure_threads, set_seed
+    from ptmlab.data.encode import encode_split
+    from ptmlab.models.latency import parameter_count
+    from ptmlab.models.loader import save_model
+    from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.train.evaluate import evaluate
+    from ptmlab.train.finetune import label_names, load_task_data
+
+    configure_threads()
+    check_not_quantized(cfg.model)
+    if not cfg.output:
+        raise PtmlabError("no output directory: pass --output RUN_DIR")
+    check_output_dir(Path(cfg.output), cfg.overwrite)
+    set_seed(cfg.seed)
+    data = load_task_data(cfg)
+    spec = data.spec
+    tokenizer = load_tokenizer(cfg.model)
+    model = load_model(cfg.model, num_labels=spec.num_labels, regression=spec.kind == "regression",
+                       label_names=label_names(data))
+    pad = tokenizer.pad_token_id or 0
+    dev_enc = encode_split(tokenizer, data.splits["dev"], cfg.max_length)
+
+    def dev(m) -> dict:
+        return evaluate(m, dev_enc, spec, pad, cfg.eval_batch_size)[0]
+
+    summary = {"dev_before": dev(model), "params_before": parameter_count(model)}
+    info = change(model, cfg)
+    summary.update({"change": info, "dev_changed": dev(model), "params": parameter_count(model)})
+    if cfg.recover_epochs > 0:
+        masks = zero_masks(model) if command == "magnitude" else None
+        model, fin = recover(model, tokenizer, cfg, Path(cfg.output), cfg.recover_epochs, command=command)
+        if masks is not None:  # fine-tuning moves pruned weights off zero: prune them again, then measure
+            apply_masks(model, masks)
+            save_model(model, tokenizer, cfg.output)
+        summary.update({k: v for k, v in fin.items() if k != "metrics"})
+        summary["metrics"] = dev(model)
+    else:
+        run = RunDir.create(cfg.output, cfg.overwrite)
+        run.write_config(config_to_dict(cfg), command)
+        save_model(model, tokenizer, run.path)
+        summary["metrics"] = summary["dev_changed"]
+    summary.update({"task": spec.name, "model": cfg.model, "main_metric": spec.main_metric})
+    RunDir(cfg.output).write_summary(summary)
+    return summary
+
+
+CHANGES = {"lowrank": (LowRankConfig, lowrank_change), "share": (ShareConfig, share_change),
+           "magnitude": (MagnitudeConfig, magnitude_change)}
