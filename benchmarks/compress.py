@@ -68,7 +68,7 @@ def main() -> int:
     start = time.time()
     cfg = build_config(FinetuneConfig, {"task": "sst2", "glue_dir": args.glue_dir, "max_train": args.recover_train,
                                         "max_length": 64, "epochs": 1.0, "lr": 5e-5, "batch_size": 32, "seed": 0,
-                                        "max_eval": 200}, source="benchmark")
+                                        "max_eval": 200, "test": False}, source="benchmark")
     cfg.latency_repeats = args.repeats
     data = load_task_data(cfg)
     tok = load_tokenizer(args.model)

@@ -126,14 +126,20 @@ def test_blimp_subset_on_minilm_end_to_end(tmp_path):
         (blimp / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
     ref = tmp_path / "ref.txt"
     ref.write_text("\n\n".join(split_sentences((SHARED / "text/wikitext-2/valid.txt").read_text())[:120]))
+    sets = tmp_path / "sets.csv"
+    sets.write_text("\n".join((SHARED / "anomaly" / "osterhout-nicol.csv").read_text().splitlines()[:9]) + "\n")
     out = tmp_path / "out"
     proc = run_cli("analyze", "anomaly", "--model", "minilm", "--blimp", str(blimp), "--reference", str(ref),
-                   "--covariance", "ledoit-wolf", "--output", str(out), "--heatmap-pairs", "1")
+                   "--covariance", "ledoit-wolf", "--output", str(out), "--heatmap-pairs", "1",
+                   "--anomaly-sets", str(sets))
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = json.loads((out / "summary.json").read_text())
     assert s["pairs"] == 30 and len(s["per_layer"]) == 7
     assert s["best_accuracy"] == max(s["per_layer"]) == s["per_layer"][s["best_layer"]]
     assert set(s["per_field"]) == {"morphology"} and s["best_accuracy"] > 0.5
+    psy = s["psycholinguistic"]
+    assert [r["variant"] for r in psy] == ["syntactic_anomaly", "semantic_anomaly"] and psy[0]["pairs"] == 8
+    assert len(psy[0]["gap"]) == 7 and all(0 <= a <= 1 for a in psy[0]["accuracy"])
     assert (out / "plots" / "surprisal_0_bad.png").is_file() and (out / "gaussians.safetensors").is_file()
     # the saved Gaussians are reused: same numbers without the reference corpus
     out2 = tmp_path / "out2"

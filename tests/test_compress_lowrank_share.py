@@ -243,6 +243,7 @@ def test_demo_stages_prune_and_quantize_on_tiny(tmp_path, monkeypatch):
     split, spec = demo_stages._test_split()
     small = subset(split, 300, 0)  # the demo scores the whole test split; 300 tweets keep this test short
     monkeypatch.setattr(demo_stages, "_test_split", lambda: (small, spec))
+    monkeypatch.setattr(demo_stages, "RECOVERY_DEV", 100)
     assert "ptmlab.compress.demo_stages" in DEMO_STAGE_MODULES
     torch.manual_seed(0)
     run = tmp_path / "demo"

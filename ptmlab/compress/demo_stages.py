@@ -10,6 +10,7 @@ from __future__ import annotations
 from ptmlab.demo import DEMO_STAGES, DemoContext, variant_row
 
 RECOVERY_EXAMPLES = 1000
+RECOVERY_DEV = 500  # dev tweets the recovery run checks itself on
 
 
 def _test_split():
@@ -50,11 +51,11 @@ def pruned_stage(ctx: DemoContext) -> list[dict]:
     imp = compute_importance("gate", model, encode_split(tok, imp_split, d.max_length), tok.pad_token_id or 0)
     cut = prune_by_target(model, imp, heads=0.4)
     print(f"  heads {cut['heads_before']} -> {cut['heads_after']}; recovery on {n} tweets")
-    cfg = build_config(FinetuneConfig, {"task": "tweets", "max_train": n, "max_eval": 500, "epochs": 1.0,
+    cfg = build_config(FinetuneConfig, {"task": "tweets", "max_train": n, "max_eval": RECOVERY_DEV, "epochs": 1.0,
                                         "max_length": d.max_length, "lr": d.lr, "seed": d.seed, "batch_size": 32},
                        source="demo")
     out = ctx.run_dir / "pruned"
-    model, _ = recover(model, tok, cfg, out, 1.0, command="demo")
+    model, _ = recover(model, tok, cfg, out, 1.0, command="demo", test=False)  # scored below
     return [variant_row("pruned 40% heads + recovery", model, tok, _test_metrics(model, tok, ctx), _texts(), out,
                         baseline_b32=ctx.baseline_b32)]
 

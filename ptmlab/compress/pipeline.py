@@ -97,7 +97,7 @@ def _recover(st: State) -> None:
     if st.cfg.recover_epochs > 0:
         n = len(list(st.work.glob("recover-*")))
         st.model, _ = recover(st.model, st.tokenizer, st.cfg, st.work / f"recover-{n}", st.cfg.recover_epochs,
-                              command="compress")
+                              command="compress", test=False)
 
 
 def _structural(st: State, **target) -> None:

@@ -76,10 +76,11 @@ def _step_fraction(total_fraction: float, step: int, steps: int, removed_before:
     return max(0.0, min(0.9999, (goal - removed_before) / remaining)) if remaining > 0 else 0.0
 
 
-def recover(model, tokenizer, cfg, out: Path, epochs: float, command: str):
+def recover(model, tokenizer, cfg, out: Path, epochs: float, command: str, test: bool | None = None):
     """Recovery fine-tuning of a modified model with the foundation's pipeline; returns (model, summary).
 
-    ``cfg`` supplies the task and training options (any config with the ``FinetuneConfig`` fields).
+    ``cfg`` supplies the task and training options (any config with the ``FinetuneConfig`` fields); ``test=False``
+    skips the test-split pass (intermediate and measured-elsewhere recoveries).
     """
     from ptmlab.models.loader import save_model
     from ptmlab.models.zoo import load_model
@@ -89,6 +90,8 @@ def recover(model, tokenizer, cfg, out: Path, epochs: float, command: str):
         save_model(model, tokenizer, tmp)
         values = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(FinetuneConfig) if hasattr(cfg, f.name)}
         values.update(model=tmp, output=str(out), epochs=epochs, overwrite=True)
+        if test is not None:
+            values["test"] = test
         summary = run_finetune(build_config(FinetuneConfig, values, source=command), command=command)
     return load_model(str(out)), summary
 
@@ -140,8 +143,10 @@ def run_prune(cfg: PruneConfig) -> dict:
             row = {"step": step, **cut, "params": parameter_count(model),
                    **{f"dev_pruned_{k}": v for k, v in pruned_metrics.items()}}
             if cfg.recover_epochs > 0:
-                out = Path(cfg.output) if step == cfg.iterations else Path(tmp) / f"recovered-{step}"
-                model, summary = recover(model, tokenizer, cfg, out, cfg.recover_epochs, command="prune")
+                last = step == cfg.iterations
+                out = Path(cfg.output) if last else Path(tmp) / f"recovered-{step}"
+                model, summary = recover(model, tokenizer, cfg, out, cfg.recover_epochs, command="prune",
+                                         test=None if last else False)
                 row.update({f"dev_recovered_{k}": v for k, v in summary["metrics"].items()})
             steps.append(row)
         if cfg.recover_epochs == 0:
