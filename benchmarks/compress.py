@@ -7,17 +7,22 @@ recovery, vocabulary, onnxruntime int8). The combined row reuses the recovered p
 leaves outputs unchanged, so its order relative to head pruning does not matter. Each target of issue 4 is checked.
 Writes benchmarks/results/compress.json and prints the table.
 
-Scaled for a busy 2-core machine (about 15-20 minutes): recovery fine-tunes on --recover-train rows (default
-1500 of the 67k; the base model saw 4,000), max length 64, latency from --repeats timed passes over 64 dev
-sentences.
+Scaled for a busy 2-core machine (about 20 minutes with the in-run recovery, 10 with --pruned): recovery
+fine-tunes on --recover-train rows (default 1500 of the 67k; the base model saw 4,000), or --pruned reuses a
+`ptmlab prune RUN --heads 0.4 --recover-epochs 1` run; max length 64. Latency: --repeats round-robin rounds over
+all variants (each round times batch 1 and batch 32 on 64 dev sentences once per variant; medians reported), so
+a load change on a shared machine hits every variant alike instead of whichever was being timed.
 
-    python benchmarks/compress.py --model RUN_DIR [--recover-train 1500] [--glue-dir ../shared/data/glue]
+    python benchmarks/compress.py --model RUN_DIR [--pruned PRUNED_RUN] [--recover-train 1500] [--glue-dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -43,7 +48,9 @@ def main() -> int:
     ap.add_argument("--model", required=True, help="a minilm run directory fine-tuned on SST-2")
     ap.add_argument("--glue-dir", default=None)
     ap.add_argument("--recover-train", type=int, default=1500, help="training rows for the recovery epoch")
-    ap.add_argument("--repeats", type=int, default=5, help="timed repeats per latency measurement")
+    ap.add_argument("--pruned", default=None, help="reuse this `ptmlab prune --heads 0.4` run (recovered) instead "
+                                                  "of pruning and recovering in this run")
+    ap.add_argument("--repeats", type=int, default=7, help="round-robin latency rounds (median reported)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "compress.json"))
     args = ap.parse_args()
 
@@ -55,9 +62,11 @@ def main() -> int:
     from ptmlab.compress.vocab import prune_vocabulary
     from ptmlab.core.config import build_config
     from ptmlab.core.io import atomic_save_file, atomic_write_json
+    from ptmlab.core.progress import progress
     from ptmlab.core.seed import configure_threads, set_seed
     from ptmlab.data.encode import encode_split
     from ptmlab.data.loaders import subset
+    from ptmlab.models.latency import measure_latency, parameter_count
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.studies.common import print_table
     from ptmlab.train.args import FinetuneConfig
@@ -69,48 +78,73 @@ def main() -> int:
     cfg = build_config(FinetuneConfig, {"task": "sst2", "glue_dir": args.glue_dir, "max_train": args.recover_train,
                                         "max_length": 64, "epochs": 1.0, "lr": 5e-5, "batch_size": 32, "seed": 0,
                                         "max_eval": 200, "test": False}, source="benchmark")
-    cfg.latency_repeats = args.repeats
     data = load_task_data(cfg)
     tok = load_tokenizer(args.model)
     base = load_model(args.model)
     meas_cfg = build_config(FinetuneConfig, {"task": "sst2", "glue_dir": args.glue_dir, "max_length": 64},
                             source="benchmark")  # the whole dev set
-    meas_cfg.latency_repeats = args.repeats
     meas = Measurer(meas_cfg, tok)
-    rows = [meas.row("fp32 base", base, meas.saved_size(base))]
+    variants: list[tuple[dict, object, object]] = []  # (row, model, tokenizer): latency is measured at the end
+
+    def row(name: str, model, size_mb: float, tokenizer=None) -> dict:
+        r = {"variant": name, "dev": meas.dev(model, tokenizer), "params": parameter_count(model) or None,
+             "size_mb": size_mb}
+        print(f"  {name}: dev {r['dev']:.4f}, {size_mb} MB", flush=True)
+        variants.append((r, model, tokenizer or tok))
+        return r
+
+    rows = [row("fp32 base", base, meas.saved_size(base))]
     with tempfile.TemporaryDirectory(prefix="bench-compress-") as tmp:
         tmp = Path(tmp)
         # 40% of heads
-        pruned = load_model(args.model)
-        imp_enc = encode_split(tok, subset(data.splits["train"], 500, 0), 64)
-        imp = compute_importance("gate", pruned, imp_enc, tok.pad_token_id or 0)
-        cut = prune_by_target(pruned, imp, heads=0.4)
-        rows.append(meas.row("heads -40%", pruned, meas.saved_size(pruned)))
-        t0 = time.time()
-        pruned, _ = recover(pruned, tok, cfg, tmp / "recovered", 1.0, command="benchmark")
-        recover_s = time.time() - t0
-        rows.append(meas.row("heads -40% + recovery", pruned, meas.saved_size(pruned)))
+        recover_s = None
+        if args.pruned:  # an existing `ptmlab prune --heads 0.4 --recover-epochs 1` run
+            pruned = load_model(args.pruned)
+            psum = json.loads((Path(args.pruned) / "summary.json").read_text())
+            cut = {"heads_before": psum["heads_before"], "dev_right_after_pruning": psum["prune_steps"][-1].get(
+                "dev_pruned_accuracy"), "recovery": "from " + args.pruned}
+        else:
+            pruned = load_model(args.model)
+            imp_enc = encode_split(tok, subset(data.splits["train"], 500, 0), 64)
+            imp = compute_importance("gate", pruned, imp_enc, tok.pad_token_id or 0)
+            cut = prune_by_target(pruned, imp, heads=0.4)
+            row("heads -40%", copy.deepcopy(pruned), meas.saved_size(pruned))
+            rows.append(variants[-1][0])
+            t0 = time.time()
+            pruned, _ = recover(pruned, tok, cfg, tmp / "recovered", 1.0, command="benchmark")
+            recover_s = round(time.time() - t0, 1)
+        rows.append(row("heads -40% + recovery", pruned, meas.saved_size(pruned)))
         # int8
         q = torch_int8(base)
         atomic_save_file(int8_state(q), tmp / "int8.safetensors")
-        rows.append(meas.row("torch int8", q, round((tmp / "int8.safetensors").stat().st_size / 2**20, 2)))
+        rows.append(row("torch int8", q, round((tmp / "int8.safetensors").stat().st_size / 2**20, 2)))
         fp = export_onnx(base, tmp / "fp32.onnx")
-        rows.append(meas.row("onnx fp32", OrtModel(fp, base.config), round(fp.stat().st_size / 2**20, 2)))
+        rows.append(row("onnx fp32", OrtModel(fp, base.config), round(fp.stat().st_size / 2**20, 2)))
         q8 = onnx_int8(fp, tmp / "int8.onnx")
-        rows.append(meas.row("onnx int8", OrtModel(q8, base.config), round(q8.stat().st_size / 2**20, 2)))
+        rows.append(row("onnx int8", OrtModel(q8, base.config), round(q8.stat().st_size / 2**20, 2)))
         # vocabulary
         full = load_task_data(build_config(FinetuneConfig, {"task": "sst2", "glue_dir": args.glue_dir},
                                            source="benchmark"))
         corpus = [t for s in full.splits.values() for t in s.text]
         vmodel = load_model(args.model)
         vtok, vinfo = prune_vocabulary(vmodel, tok, corpus)
-        rows.append(meas.row("vocab pruned", vmodel, meas.saved_size(vmodel), tokenizer=vtok))
+        rows.append(row("vocab pruned", vmodel, meas.saved_size(vmodel), tokenizer=vtok))
         # combined: recovered pruned model + vocabulary + onnxruntime int8
-        ctok, _ = prune_vocabulary(pruned, tok, corpus)
-        cfp = export_onnx(pruned, tmp / "combined_fp32.onnx")
+        combined = copy.deepcopy(pruned)
+        ctok, _ = prune_vocabulary(combined, tok, corpus)
+        cfp = export_onnx(combined, tmp / "combined_fp32.onnx")
         c8 = onnx_int8(cfp, tmp / "combined.onnx")
-        rows.append(meas.row("heads -40% + recovery + vocab + onnx int8", OrtModel(c8, pruned.config),
+        rows.append(row("heads -40% + recovery + vocab + onnx int8", OrtModel(c8, combined.config),
                              round(c8.stat().st_size / 2**20, 2), tokenizer=ctok))
+        # latency: round-robin over the variants, so load changes on a shared machine hit every variant alike
+        times: dict[int, dict[int, list[float]]] = {i: {1: [], 32: []} for i in range(len(variants))}
+        for _ in progress(range(args.repeats), desc="latency rounds"):
+            for i, (_r, m, t) in enumerate(variants):
+                for bs in (1, 32):
+                    times[i][bs].append(measure_latency(m, t, meas.texts, bs, repeats=1, max_length=64))
+        for i, (r, _m, _t) in enumerate(variants):
+            r["latency_b1_ms"] = round(statistics.median(times[i][1]), 2)
+            r["latency_b32_ms"] = round(statistics.median(times[i][32]), 2)
     add_ratios(rows, rows[0])
     by = {r["variant"]: r for r in rows}
     b = rows[0]
@@ -141,8 +175,10 @@ def main() -> int:
         and checks["combined_drop_points"] <= TARGETS["combined_drop_points_max"],
     }
     result = {"model": args.model, "task": "sst2", "dev_examples": len(meas.data.splits["dev"].text),
-              "max_length": 64, "recover_train": args.recover_train, "recover_seconds": round(recover_s, 1),
-              "heads": {"before": cut["heads_before"], "after": sum(heads_per_layer(pruned)),
+              "max_length": 64, "recover_train": None if args.pruned else args.recover_train,
+              "recover_seconds": recover_s,
+              "latency": f"median of {args.repeats} round-robin rounds over all variants, 64 dev sentences",
+              "heads": {**cut, "after": sum(heads_per_layer(pruned)),
                         "per_layer": heads_per_layer(pruned)},
               "vocab": vinfo, "rows": rows, "checks": checks, "targets": TARGETS, "targets_met": met,
               "threads": __import__("torch").get_num_threads(), "load_average": os.getloadavg(),
