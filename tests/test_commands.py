@@ -48,11 +48,11 @@ def test_study_listing_names_unfreezing():
 def test_minilm_finetunes_sst2_subset_and_reloads(tmp_path):
     run = tmp_path / "m"
     r = run_cli("finetune", "--model", "minilm", "--task", "sst2", "--max-train", "400", "--max-eval", "200",
-                "--epochs", "2", "--lr", "1e-4", "--max-length", "64", "--seed", "0", "--no-test",
+                "--epochs", "3", "--batch-size", "16", "--lr", "1e-4", "--max-length", "64", "--seed", "0", "--no-test",
                 "--output", str(run))
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["metrics"]["accuracy"] >= 0.70  # chance is 0.5; minilm reaches about 0.8 on this subset
+    assert summary["metrics"]["accuracy"] >= 0.70  # chance is 0.5; this run reached 0.77 here
     ev = run_cli("evaluate", str(run), "--task", "sst2", "--max-eval", "200", "--seed", "0",
                  "--precision", summary["precision"])
     assert ev.returncode == 0, ev.stderr[-2000:]

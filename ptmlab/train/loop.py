@@ -28,7 +28,7 @@ from ptmlab.data.batching import collate, shard, train_batches
 from ptmlab.data.encode import Encoded
 from ptmlab.models.loader import model_inputs
 from ptmlab.train.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
-from ptmlab.train.evaluate import resolve_precision
+from ptmlab.train.evaluate import autocast_ctx, resolve_precision
 from ptmlab.train.optim import build_optimizer, build_scheduler
 from ptmlab.train.strategies import Strategy
 
@@ -78,9 +78,10 @@ class Trainer:
         self.main_metric = main_metric
         self.sign = 1.0 if greater_is_better else -1.0
         self.precision = resolve_precision(cfg.precision)
-        # cpu=True where there is no GPU: Accelerate then joins a torchrun group over gloo (MULTI_CPU)
-        self.accelerator = Accelerator(mixed_precision="bf16" if self.precision == "bf16" else "no",
-                                       cpu=not torch.cuda.is_available())
+        # cpu=True where there is no GPU: Accelerate then joins a torchrun group over gloo (MULTI_CPU). Mixed
+        # precision is our own autocast around the loss, so several Trainers with different precisions can live
+        # in one process (Accelerate's state is a process-wide singleton).
+        self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
         self.world = self.accelerator.num_processes
         self.rank = self.accelerator.process_index
 
@@ -160,7 +161,8 @@ class Trainer:
             sync = j == len(micro) - 1 or self.world == 1
             ctx = contextlib.nullcontext() if sync else self.accelerator.no_sync(self.model)
             with ctx:
-                per_ex = self.loss_fn(self.model, batch)
+                with autocast_ctx(self.precision, device):
+                    per_ex = self.loss_fn(self.model, batch)
                 loss = per_ex.sum() * (weight * self.world / n_total)
                 self.accelerator.backward(loss)
             if weight:
