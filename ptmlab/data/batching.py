@@ -46,8 +46,9 @@ def shard(batch: list[int], rank: int, world: int) -> list[int]:
     return batch[lo:hi]
 
 
-def collate(enc: Encoded, idx: list[int], pad_id: int, regression: bool = False, pad_to: int = 8) -> dict:
-    """Pad a batch to its longest example (rounded up to a multiple of ``pad_to``)."""
+def collate(enc: Encoded, idx: list[int], pad_id: int, regression: bool = False, pad_to: int = 1) -> dict:
+    """Pad a batch to its longest example (rounded up to a multiple of ``pad_to``; 1 on CPUs, where any extra
+    position is wasted work)."""
     longest = max(len(enc.input_ids[i]) for i in idx)
     if pad_to > 1:
         longest = ((longest + pad_to - 1) // pad_to) * pad_to
