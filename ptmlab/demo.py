@@ -41,7 +41,7 @@ def variant_row(name: str, model, tokenizer, metrics: dict, texts: list[str], mo
 
     b1 = measure_latency(model, tokenizer, texts, 1, repeats=10)
     b32 = measure_latency(model, tokenizer, texts, 32, repeats=5)
-    row = {"variant": name, **{k: round(v, 4) for k, v in metrics.items()}, "params": parameter_count(model),
+    row = {"variant": name, **{k: round(v, 4) for k, v in metrics.items()}, "params": parameter_count(model) or None,
            "size_mb": round(size_on_disk_mb(model_dir), 2) if model_dir else None,
            "latency_b1_ms": round(b1, 2), "latency_b32_ms": round(b32, 2)}
     row["speedup_b32"] = round(baseline_b32 / b32, 2) if baseline_b32 else 1.0

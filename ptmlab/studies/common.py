@@ -57,6 +57,8 @@ def print_table(rows: list[dict], columns: list[str] | None = None) -> None:
     columns = columns or list(rows[0].keys())
 
     def fmt(v):
+        if v is None:
+            return "-"
         if isinstance(v, float):
             return f"{v:.4f}" if abs(v) < 100 else f"{v:,.0f}"
         if isinstance(v, int):
