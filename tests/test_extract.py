@@ -129,11 +129,11 @@ def test_watermark_is_recorded_and_verified(victim, tmp_path):
         w = csv.writer(f)
         w.writerow(["text", "label"])
         w.writerows([r.text, names[r.given_label]] for r in store.watermarks())
-    run_finetune(FinetuneConfig(model="tiny", task="stolen", train_file=str(data), dev_file=str(data), epochs=15,
+    run_finetune(FinetuneConfig(model="tiny", task="stolen", train_file=str(data), dev_file=str(data), epochs=40,
                                 batch_size=16, lr=3e-3, max_length=32, output=str(tmp_path / "stolen"), seed=0,
-                                logging_steps=100, eval_steps=10_000, test=False))
+                                logging_steps=100, eval_steps=10_000, test=False, precision="fp32"))
     caught = verify_watermark(str(tmp_path / "stolen"), store)
-    assert caught["watermarked"] and caught["p_value"] < 0.01 and caught["mark_match_rate"] > 0.5
+    assert caught["watermarked"] and caught["p_value"] < 0.01 and caught["mark_match_rate"] > 0.5, caught
 
 
 def test_extract_cli_errors_are_one_line(tmp_path):
