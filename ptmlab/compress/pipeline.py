@@ -222,9 +222,7 @@ def run_compress(cfg: CompressConfig) -> list[dict]:
 
     configure_threads()
     check_not_quantized(cfg.model)
-    if not cfg.output:
-        raise PtmlabError("no output directory: pass --output RUN_DIR")
-    check_output_dir(Path(cfg.output), cfg.overwrite)
+    check_output_dir(cfg.output, cfg.overwrite)
     set_seed(cfg.seed)
     data = load_task_data(cfg)
     tokenizer = load_tokenizer(cfg.model)

@@ -104,20 +104,17 @@ def run_prune(cfg: PruneConfig) -> dict:
     from ptmlab.data.loaders import subset
     from ptmlab.models.latency import parameter_count
     from ptmlab.models.loader import save_model
-    from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.models.zoo import load_tokenizer
     from ptmlab.train.evaluate import evaluate
-    from ptmlab.train.finetune import label_names, load_task_data
+    from ptmlab.train.finetune import build_model, load_task_data
 
     configure_threads()
-    if not cfg.output:
-        raise PtmlabError("no output directory: pass --output RUN_DIR")
-    check_output_dir(Path(cfg.output), cfg.overwrite)
+    check_output_dir(cfg.output, cfg.overwrite)
     set_seed(cfg.seed)
     data = load_task_data(cfg)
     spec = data.spec
     tokenizer = load_tokenizer(cfg.model)
-    model = load_model(cfg.model, num_labels=spec.num_labels, regression=spec.kind == "regression",
-                       label_names=label_names(data))
+    model = build_model(cfg, data)
     layers = sorted({int(x) for x in cfg.layers})
     pad_id = tokenizer.pad_token_id or 0
     imp_enc = encode_split(tokenizer, subset(data.splits["train"], cfg.importance_examples, cfg.seed), cfg.max_length)

@@ -27,10 +27,8 @@ class RunDir:
     @classmethod
     def create(cls, path: str | Path | None, overwrite: bool = False) -> RunDir:
         """Check the output directory can take a new run; create it (call after validating all inputs)."""
-        if not path:
-            raise PtmlabError("no output directory: pass --output RUN_DIR")
+        check_output_dir(path, overwrite)
         p = Path(path)
-        check_output_dir(p, overwrite)
         if overwrite and p.exists():
             for m in RUN_MARKERS + ("report.html",):
                 (p / m).unlink(missing_ok=True)
@@ -86,8 +84,11 @@ class RunDir:
         return (self.path / "config.json").is_file() and any(self.path.glob("model*.safetensors"))
 
 
-def check_output_dir(p: Path, overwrite: bool = False) -> None:
-    """Refuse to write into a directory holding another run or unrelated files (unless --overwrite)."""
+def check_output_dir(p: str | Path | None, overwrite: bool = False) -> None:
+    """Refuse a missing output, or a directory holding another run or unrelated files (unless --overwrite)."""
+    if not p:
+        raise PtmlabError("no output directory: pass --output RUN_DIR")
+    p = Path(p)
     if p.exists() and not p.is_dir():
         raise PtmlabError(f"output '{p}' exists and is a file: choose another --output")
     if p.is_dir() and any(p.iterdir()):

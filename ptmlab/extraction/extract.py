@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 
 from ptmlab.core.config import config_to_dict, opt
 from ptmlab.core.errors import PtmlabError
@@ -67,9 +66,7 @@ def run_extract(cfg: ExtractConfig, client: VictimClient | None = None) -> dict:
         raise PtmlabError("no victim: pass --victim URL")
     if not cfg.key and client is None:
         raise PtmlabError("no API key: pass --key KEY (or set PTMLAB_VICTIM_KEY)")
-    if not cfg.output:
-        raise PtmlabError("no output directory: pass --output RUN_DIR")
-    check_output_dir(Path(cfg.output), cfg.overwrite)
+    check_output_dir(cfg.output, cfg.overwrite)
     data = load_task_data(cfg)
     spec = data.spec
     if spec.kind == "regression":
