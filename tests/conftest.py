@@ -48,3 +48,31 @@ def assert_clean_error(proc: subprocess.CompletedProcess, *needles: str) -> None
     assert lines[0].startswith("error:"), lines[0]
     for n in needles:
         assert n.lower() in lines[0].lower(), (n, lines[0])
+
+
+def kill_at_step(args: list[str], run_dir: Path, step: int, timeout: float = 300) -> int:
+    """Start ``ptmlab ARGS`` and SIGKILL it once its checkpoint has reached ``step``; returns the step killed at."""
+    import json
+    import signal
+    import time
+
+    env = {**os.environ, "PTMLAB_PROGRESS": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "ptmlab", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    state_file = Path(run_dir) / "checkpoint" / "trainer_state.json"
+    deadline = time.time() + timeout
+    killed_at = None
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            at = json.loads(state_file.read_text())["loop"]["step"]
+        except (OSError, ValueError, KeyError):
+            at = 0
+        if at >= step:
+            proc.send_signal(signal.SIGKILL)
+            killed_at = at
+            break
+        time.sleep(0.02)
+    proc.wait()
+    assert killed_at is not None and proc.returncode == -signal.SIGKILL, "the run finished before it was killed"
+    assert not (Path(run_dir) / "summary.json").exists()
+    return killed_at

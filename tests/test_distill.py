@@ -16,7 +16,7 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.data.encode import encode_split
 from ptmlab.distill.config import DistillConfig
 from ptmlab.distill.pipeline import run_distill
-from tests.conftest import ROOT, assert_clean_error, run_cli
+from tests.conftest import ROOT, assert_clean_error, kill_at_step, run_cli
 from tests.synthetic import write_task
 
 
@@ -206,3 +206,23 @@ def test_two_process_distillation(files, teacher, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads((tmp_path / "ddp" / "summary.json").read_text())
     assert s["world_size"] == 2 and s["steps"] == 4 and 0 <= s["agreement_with_teacher"] <= 1
+
+
+def test_killed_two_stage_distillation_resumes_to_the_same_student(files, teacher, tmp_path):
+    """SIGKILL during the final stage, then `distill --resume`: the student equals an uninterrupted run's."""
+    def args(out):
+        return ["distill", "--teacher", teacher, "--student", "layers:1", "--losses", "soft_ce,hidden_mse",
+                "--intermediate-epochs", "1", "--task", "synthetic", "--train-file", files["train"], "--dev-file",
+                files["dev"], "--max-length", "32", "--batch-size", "4", "--max-steps", "120", "--save-steps", "4",
+                "--precision", "fp32", "--seed", "0", "--output", str(out)]
+
+    assert run_cli(*args(tmp_path / "ref")).returncode == 0
+    kill_at_step(args(tmp_path / "killed"), tmp_path / "killed", 12)
+    r = run_cli("distill", "--resume", str(tmp_path / "killed"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    a, b = load_file(tmp_path / "ref" / "model.safetensors"), load_file(tmp_path / "killed" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    s = json.loads((tmp_path / "killed" / "summary.json").read_text())
+    assert s["steps"] == 120 and s["stages"] == [{"stage": "intermediate", "ran_before_resume": True}]
+    assert_clean_error(run_cli("finetune", "--resume", str(tmp_path / "killed")), "distill --resume")
+    assert_clean_error(run_cli("distill", "--resume", str(tmp_path / "nothing")), "not a ptmlab run directory")

@@ -2,16 +2,14 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import ROOT, assert_clean_error, run_cli
+from tests.conftest import ROOT, assert_clean_error, kill_at_step, run_cli
 from tests.synthetic import write_task
 
 
@@ -35,25 +33,7 @@ def test_sigkill_then_resume_equals_uninterrupted(files, tmp_path):
     ref = run_cli(*_args(files, tmp_path / "ref", *common))
     assert ref.returncode == 0, ref.stderr[-2000:]
 
-    env = {**os.environ, "PTMLAB_PROGRESS": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "ptmlab", *_args(files, tmp_path / "killed", *common)],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    state_file = tmp_path / "killed" / "checkpoint" / "trainer_state.json"
-    deadline = time.time() + 300
-    killed_at = None
-    while time.time() < deadline and proc.poll() is None:
-        try:
-            step = json.loads(state_file.read_text())["loop"]["step"]
-        except (OSError, ValueError, KeyError):
-            step = 0
-        if step >= 20:
-            proc.send_signal(signal.SIGKILL)
-            killed_at = step
-            break
-        time.sleep(0.02)
-    proc.wait()
-    assert killed_at is not None and proc.returncode == -signal.SIGKILL, "the run finished before it was killed"
-    assert not (tmp_path / "killed" / "summary.json").exists()
+    kill_at_step(_args(files, tmp_path / "killed", *common), tmp_path / "killed", 20)
 
     resumed = run_cli("finetune", "--resume", str(tmp_path / "killed"))
     assert resumed.returncode == 0, resumed.stderr[-2000:]

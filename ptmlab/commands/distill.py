@@ -15,6 +15,7 @@ def register(sub) -> None:
                                    "--config under 'matches:'.")
     p.add_argument("--config", help="YAML file with options and optional 'matches' (flags override it)")
     add_config_args(p, DistillConfig)
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a killed distillation exactly where it stopped")
     p.set_defaults(func=run)
 
 
@@ -23,8 +24,14 @@ def run(args: argparse.Namespace) -> int:
 
     from ptmlab.distill.pipeline import run_distill
 
-    cfg = resolve_config(DistillConfig, args, args.config)
-    s = run_distill(cfg)
+    if args.resume:
+        from ptmlab.core.rundir import RunDir
+
+        cfg = RunDir.resume_config(args.resume, DistillConfig, "distill")
+        s = run_distill(cfg, resume=True)
+    else:
+        cfg = resolve_config(DistillConfig, args, args.config)
+        s = run_distill(cfg)
     if int(os.environ.get("RANK", "0")) == 0:
         main = s["main_metric"]
         print(f"{s['task']}: student {s['model']} dev {main}={s['metrics'][main]:.4f} vs teacher "

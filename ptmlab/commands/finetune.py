@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ptmlab.core.config import add_config_args, build_config, resolve_config
+from ptmlab.core.config import add_config_args, resolve_config
 from ptmlab.core.errors import PtmlabError
 from ptmlab.train.args import FinetuneConfig
 
@@ -24,10 +24,7 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         from ptmlab.core.rundir import RunDir
 
-        saved = RunDir.open(args.resume).read_config()
-        saved.pop("command", None)
-        saved["output"] = args.resume
-        cfg = build_config(FinetuneConfig, saved, source=f"{args.resume}/config.yaml")
+        cfg = RunDir.resume_config(args.resume, FinetuneConfig, "finetune")
         summary = run_finetune(cfg, resume=True)
     else:
         cfg = resolve_config(FinetuneConfig, args, args.config)

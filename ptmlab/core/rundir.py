@@ -43,6 +43,19 @@ class RunDir:
             raise PtmlabError(f"'{p}' is not a ptmlab run directory (no config.yaml)")
         return cls(p)
 
+    @classmethod
+    def resume_config(cls, path: str | Path, config_cls, command: str):
+        """The config a killed run was started with (``config_cls``), to continue it with ``--resume``."""
+        from ptmlab.core.config import build_config
+
+        saved = cls.open(path).read_config()
+        started_by = saved.pop("command", command)
+        if started_by not in (command, "study"):
+            raise PtmlabError(f"'{path}' was started by 'ptmlab {started_by}': resume it with "
+                              f"'ptmlab {started_by} --resume {path}'")
+        saved["output"] = str(path)
+        return build_config(config_cls, saved, source=f"{path}/config.yaml")
+
     # ------------------------------------------------------------------ files
     def file(self, name: str) -> Path:
         return self.path / name

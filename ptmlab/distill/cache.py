@@ -76,25 +76,58 @@ def _data_hash(enc: Encoded) -> str:
 def teacher_outputs(teacher, teacher_fp: str, enc: Encoded, pad_id: int, needs: set[tuple[str, int]],
                     relation_heads: int | None = None, batch_size: int = 64, use_cache: bool = True,
                     desc: str = "teacher") -> TeacherOutputs:
-    """Teacher features for every example of ``enc`` (``needs`` always gets the logits), from disk when cached."""
+    """Teacher features for every example of ``enc`` (``needs`` always gets the logits), from disk when cached.
+
+    Under torchrun only rank 0 runs the teacher and writes the file; the other ranks wait for it and read it."""
     needs = set(needs) | {("logits", -1)}
     key = hashlib.sha256(f"{teacher_fp}|{_data_hash(enc)}|{sorted(needs)}|{relation_heads}".encode()).hexdigest()
     path = cache_dir().parent / "teacher" / f"{key[:32]}.safetensors"
-    if use_cache and path.is_file():
-        from safetensors.torch import load_file
+    batches = len(eval_batches(enc.lengths, batch_size))
+    cached = _load(path) if use_cache else None
+    if use_cache and _world_size() > 1:
+        from accelerate import PartialState
 
-        try:
-            return TeacherOutputs(load_file(path), hit=True, batches_run=0)
-        except Exception:  # a corrupt cache file is recomputed, never trusted
-            pass
+        state = PartialState(cpu=not torch.cuda.is_available())
+        computed = cached is None and state.is_main_process
+        if computed:
+            cached = compute(teacher, enc, pad_id, needs, relation_heads, batch_size, desc)
+            _save(cached, path)
+        state.wait_for_everyone()
+        if cached is None:
+            cached = _load(path)
+        if cached is None:  # the cache is not shared or not writable: this rank runs the teacher itself
+            computed, cached = True, compute(teacher, enc, pad_id, needs, relation_heads, batch_size, desc)
+        return TeacherOutputs(cached, hit=not computed, batches_run=batches if computed else 0)
+    if cached is not None:
+        return TeacherOutputs(cached, hit=True, batches_run=0)
     tensors = compute(teacher, enc, pad_id, needs, relation_heads, batch_size, desc)
-    out = TeacherOutputs(tensors, hit=False, batches_run=len(eval_batches(enc.lengths, batch_size)))
     if use_cache:
-        try:
-            atomic_save_file(tensors, path)
-        except OSError:
-            pass  # a read-only cache only costs time
-    return out
+        _save(tensors, path)
+    return TeacherOutputs(tensors, hit=False, batches_run=batches)
+
+
+def _world_size() -> int:
+    import os
+
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _load(path) -> dict[str, torch.Tensor] | None:
+    if not path.is_file():
+        return None
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(path)
+    except Exception:  # a corrupt cache file is recomputed, never trusted
+        return None
+
+
+def _save(tensors: dict[str, torch.Tensor], path) -> None:
+    try:
+        atomic_save_file(tensors, path)
+    except OSError:
+        pass  # a read-only cache only costs time
 
 
 @torch.no_grad()

@@ -51,8 +51,11 @@ def _stage_trainer(student, objective, enc, cfg, run, pad_id, **kw):
     return Trainer(student, enc, cfg, run, pad_id, loss_fn=objective, loss_module=objective, **kw)
 
 
-def run_distill(cfg: DistillConfig, command: str = "distill") -> dict:
-    """Distil ``cfg.teacher`` into ``cfg.student`` on ``cfg.task``; returns the summary written to summary.json."""
+def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = False) -> dict:
+    """Distil ``cfg.teacher`` into ``cfg.student`` on ``cfg.task``; returns the summary written to summary.json.
+
+    ``resume``: continue a killed run from its checkpoint. Only the final (prediction-layer) stage checkpoints;
+    the general and intermediate stages, which ran before it, are not repeated."""
     from ptmlab.data.encode import encode_split
     from ptmlab.distill.cache import teacher_outputs
     from ptmlab.distill.objective import DistillObjective
@@ -69,7 +72,11 @@ def run_distill(cfg: DistillConfig, command: str = "distill") -> dict:
         raise PtmlabError("no teacher: pass --teacher RUN_DIR (a fine-tuned run) or a model with a task head")
     if not cfg.output:
         raise PtmlabError("no output directory: pass --output RUN_DIR")
-    if main_process:
+    if resume:
+        from ptmlab.train.checkpoint import find_checkpoint
+
+        find_checkpoint(Path(cfg.output))  # no checkpoint: a clean error before any work
+    elif main_process:
         check_output_dir(Path(cfg.output), cfg.overwrite)
     set_seed(cfg.seed)
     data = load_task_data(cfg)
@@ -109,11 +116,11 @@ def run_distill(cfg: DistillConfig, command: str = "distill") -> dict:
         raise PtmlabError(f"layer losses compare token by token, but student '{cfg.student}' tokenizes differently "
                           f"from the teacher: use --losses soft_ce or a student on the teacher's tokenizer")
 
-    if main_process:
+    if resume or not main_process:
+        run = RunDir.open(cfg.output) if main_process else RunDir(cfg.output)
+    else:
         run = RunDir.create(cfg.output, cfg.overwrite)
         run.write_config(config_to_dict(cfg), command)
-    else:
-        run = RunDir(cfg.output)
     fp = fingerprint(teacher)
     needs = {m.key for m in layer_matches}
     t_out = teacher_outputs(teacher, fp, t_train, pad_t, needs, relation_heads, cfg.teacher_batch_size,
@@ -128,7 +135,7 @@ def run_distill(cfg: DistillConfig, command: str = "distill") -> dict:
     kw = dict(temperature=cfg.temperature, alpha=cfg.alpha, regression=regression, relation_heads=relation_heads)
     stage_log = []
     sub_cfg = dataclasses.replace(cfg, keep_best=False, max_steps=0, early_stopping=0, save_steps=10**9)
-    if cfg.general_text:
+    if cfg.general_text and not resume:
         from ptmlab.distill.text import text_examples
 
         g_enc = text_examples(cfg.general_text, t_tok, cfg.max_length, cfg.general_examples, cfg.seed)
@@ -140,12 +147,13 @@ def run_distill(cfg: DistillConfig, command: str = "distill") -> dict:
         stage_log.append({"stage": "general", "examples": len(g_enc), "steps": st.step, "losses": obj.last_parts})
     final_matches = matches
     if cfg.intermediate_epochs:
+        final_matches = pred_matches
+    if cfg.intermediate_epochs and not resume:
         obj = DistillObjective(student, layer_matches, t_out, s_info, t_info, **kw)
         st = _run_stage(student, obj, train_enc, dataclasses.replace(sub_cfg, epochs=cfg.intermediate_epochs),
                         run, "intermediate", pad_s, main_process)
         stage_log.append({"stage": "intermediate", "examples": len(train_enc), "steps": st.step,
                           "losses": obj.last_parts})
-        final_matches = pred_matches
 
     precision = resolve_precision(cfg.precision)
     evals: dict[int, tuple] = {}
@@ -159,6 +167,9 @@ def run_distill(cfg: DistillConfig, command: str = "distill") -> dict:
     objective = DistillObjective(student, final_matches, t_out, s_info, t_info, **kw)
     trainer = _stage_trainer(student, objective, train_enc, cfg, run, pad_s, evaluate_fn=evaluate_fn,
                              main_metric=spec.main_metric, regression=regression)
+    if resume:
+        trainer.resume()
+        stage_log = [{"stage": d.name, "ran_before_resume": True} for d in sorted((run.path / "stages").glob("*"))]
     state = trainer.train()
     objective.detach()
     student = trainer.final_model()
