@@ -1,7 +1,9 @@
 """Benchmark: throughput of `ptmlab serve` (dynamic batching) against a naive FastAPI endpoint that calls a
 transformers ``pipeline`` once per request, both on 127.0.0.1, under the same 16 concurrent clients, in one run.
 
-Each request carries one SST-2 dev sentence. The two servers run one after the other (never at once), each in its
+Each request carries one SST-2 dev sentence. `ptmlab serve` runs at its default precision (auto: bf16 on CPUs
+with AVX512-BF16/AMX) and again with --precision fp32, to separate what dynamic batching alone gives.
+The servers run one after the other (never at once), each in its
 own process with the same torch thread count. Writes benchmarks/results/serve.json and prints a table.
 
     python benchmarks/serve.py --run RUN_DIR [--requests 400] [--clients 16]
@@ -118,6 +120,8 @@ def main() -> None:
     servers = {
         "ptmlab serve": [sys.executable, "-m", "ptmlab", "serve", args.run, "--port", str(args.port),
                          "--max-batch", "32", "--max-wait-ms", "5"],
+        "ptmlab serve fp32": [sys.executable, "-m", "ptmlab", "serve", args.run, "--port", str(args.port),
+                              "--max-batch", "32", "--max-wait-ms", "5", "--precision", "fp32"],
         "naive pipeline": [sys.executable, __file__, "--run", args.run, "--port", str(args.port), "--naive-server"],
     }
     for name, cmd in servers.items():
@@ -125,14 +129,16 @@ def main() -> None:
         try:
             base = f"http://127.0.0.1:{args.port}"
             wait_ready(base + "/openapi.json", proc)
-            results[name] = load(base + "/v1/predict", key if name == "ptmlab serve" else None, texts,
+            results[name] = load(base + "/v1/predict", key if name.startswith("ptmlab") else None, texts,
                                  args.requests, args.clients)
         finally:
             proc.terminate()
             proc.wait(timeout=60)
     ratio = results["ptmlab serve"]["req_per_s"] / results["naive pipeline"]["req_per_s"]
+    ratio_fp32 = results["ptmlab serve fp32"]["req_per_s"] / results["naive pipeline"]["req_per_s"]
     out = {"run": args.run, "clients": args.clients, "requests": args.requests, "results": results,
-           "throughput_ratio": round(ratio, 2), "target_ratio": 3.0, "cpus": len(os.sched_getaffinity(0)),
+           "throughput_ratio": round(ratio, 2), "throughput_ratio_fp32": round(ratio_fp32, 2), "target_ratio": 3.0,
+           "bf16_label_agreement_with_fp32": bf16_agreement(args.run, texts), "cpus": len(os.sched_getaffinity(0)),
            "load_average": os.getloadavg()}
     path = ROOT / "benchmarks" / "results" / "serve.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,7 +146,21 @@ def main() -> None:
     print(f"{'server':16} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
     for name, r in results.items():
         print(f"{name:16} {r['req_per_s']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} {r['errors']:>7}")
-    print(f"throughput ratio {ratio:.2f}x (target >= 3x); written to {path}")
+    print(f"throughput ratio {ratio:.2f}x (target >= 3x; fp32, dynamic batching alone: {ratio_fp32:.2f}x); bf16 "
+          f"labels agree with fp32 on {out['bf16_label_agreement_with_fp32']:.4f} of SST-2 dev; written to {path}")
+
+
+def bf16_agreement(run: str, texts: list[str]) -> float:
+    """Share of texts whose label is the same under the served default precision (auto) and fp32."""
+    from ptmlab.serve.predictor import Predictor
+
+    auto, fp32 = Predictor(run, precision="auto", chunk=8), Predictor(run, precision="fp32")
+    same = 0
+    for s in range(0, len(texts), 64):
+        a, b = auto.predict(texts[s:s + 64]), fp32.predict(texts[s:s + 64])
+        same += sum(max(range(len(x)), key=x.__getitem__) == max(range(len(y)), key=y.__getitem__)
+                    for x, y in zip(a, b, strict=True))
+    return round(same / len(texts), 4)
 
 
 if __name__ == "__main__":

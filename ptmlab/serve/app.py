@@ -102,6 +102,29 @@ class BodyLimit:
         await resp(scope, receive, send)
 
 
+class RequestMetrics:
+    """ASGI middleware: count the requests to ``path`` by status code and time them (plain ASGI: Starlette's
+    ``@app.middleware("http")`` costs more per request than the rest of the bookkeeping together)."""
+
+    def __init__(self, app, metrics: Metrics, path: str):
+        self.app, self.metrics, self.path = app, metrics, path
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("path") != self.path:
+            return await self.app(scope, receive, send)
+        t0, status = time.perf_counter(), [500]
+
+        async def send_status(msg):
+            if msg["type"] == "http.response.start":
+                status[0] = msg["status"]
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            self.metrics.request(status[0], time.perf_counter() - t0)
+
+
 def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> FastAPI:
     """The app serving ``model_dir`` (any ptmlab run directory) under the limits of ``cfg``."""
     from ptmlab.serve.predictor import Predictor
@@ -109,7 +132,7 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
     cfg.validate()
     policy: OutputPolicy = parse_policy(cfg.output_policy)
     store = store or Store()
-    predictor = Predictor(model_dir, cfg.max_length or None)
+    predictor = Predictor(model_dir, cfg.max_length or None, cfg.precision, cfg.chunk)
     info = predictor.info
     metrics = Metrics()
     buckets = TokenBuckets()
@@ -147,13 +170,7 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
     async def _http(request: Request, exc: StarletteHTTPException):
         return _error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
 
-    @app.middleware("http")
-    async def _count(request: Request, call_next):
-        t0 = time.perf_counter()
-        response = await call_next(request)
-        if request.url.path == "/v1/predict":
-            metrics.request(response.status_code, time.perf_counter() - t0)
-        return response
+    app.add_middleware(RequestMetrics, metrics=metrics, path="/v1/predict")
 
     def authenticate(request: Request) -> KeyInfo | None:
         auth = request.headers.get("authorization", "")
@@ -166,7 +183,8 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
     def healthz() -> dict:
         """Liveness: the model is loaded and the batcher runs."""
         return {"status": "ok" if batcher.thread.is_alive() else "degraded", "model": info.path,
-                "labels": info.labels, "policy": policy.name, "queued_texts": batcher.waiting}
+                "labels": info.labels, "policy": policy.name, "precision": predictor.precision,
+                "queued_texts": batcher.waiting}
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def prometheus() -> str:

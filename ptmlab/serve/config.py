@@ -24,6 +24,10 @@ class ServeConfig:
     watermark_rate: float = opt(0.0, "fraction of queries answered with a wrong label and recorded (0: off)")
     detector: bool = opt(True, "score each query with the extraction-query detector (stored in the audit log)")
     max_length: int = opt(0, "truncate inputs to this many tokens (0: the run's --max-length)")
+    precision: str = opt("auto", "forward passes in auto (bf16 where this CPU/GPU runs bf16 fast, else fp32), bf16 "
+                                 "or fp32")
+    chunk: int = opt(8, "run a batch as length-sorted chunks of this many texts, so short texts are not padded to "
+                        "the longest (0: one chunk)")
 
     def validate(self) -> None:
         parse_policy(self.output_policy)
@@ -34,5 +38,9 @@ class ServeConfig:
             raise PtmlabError(f"--max-wait-ms must be >= 0 and --timeout > 0 (got {self.max_wait_ms}, {self.timeout})")
         if not 0 <= self.watermark_rate <= 0.5:
             raise PtmlabError(f"--watermark-rate must be in [0, 0.5], got {self.watermark_rate}")
+        if self.precision not in ("auto", "bf16", "fp32"):
+            raise PtmlabError(f"--precision must be auto, bf16 or fp32, got '{self.precision}'")
+        if self.chunk < 0:
+            raise PtmlabError(f"--chunk must be >= 0, got {self.chunk}")
         if not 0 < self.port < 65536:
             raise PtmlabError(f"--port must be in 1..65535, got {self.port}")
