@@ -1,5 +1,6 @@
-"""``ptmlab prune`` / ``quantize`` / ``compress`` / ``lowrank`` / ``share`` / ``magnitude``: structured pruning,
-int8 quantization, the pipeline, low-rank factorisation, cross-layer sharing and unstructured magnitude pruning."""
+"""``ptmlab prune`` / ``quantize`` / ``compress`` / ``lowrank`` / ``share`` / ``magnitude`` / ``ghost``: structured
+pruning, int8 quantization, the pipeline, low-rank factorisation, cross-layer sharing, unstructured magnitude pruning
+and GhostBERT ghost modules."""
 
 from __future__ import annotations
 
@@ -49,7 +50,11 @@ def register(sub) -> None:
                        "or its first layer); fine-tune to recover; the result stores each group once."),
              "magnitude": ("zero the smallest encoder weights (unstructured), then recover",
                            "torch.nn.utils.prune L1 pruning of encoder Linear weights, global or per layer, made "
-                           "permanent; weights stay dense, so size and speed do not change.")}
+                           "permanent; weights stay dense, so size and speed do not change."),
+             "ghost": ("add GhostBERT ghost features to a pruned model, then fine-tune",
+                       "In every layer, a depthwise convolution along the sequence (--ghost-kernel) over the "
+                       "remaining FFN activations and head outputs makes ghost features that reach the hidden size "
+                       "through new zero-initialised weights; fine-tune (--recover-epochs) to train them.")}
     for verb, (cls, _) in CHANGES.items():
         short, long = helps[verb]
         v = sub.add_parser(verb, help=short, description=long)
@@ -96,6 +101,8 @@ def _change(args: argparse.Namespace) -> int:
     after = s["metrics"].get(m)
     print(f"params {s['params_before']:,} -> {s['params']:,}; dev {m}: {s['dev_before'].get(m):.4f} before -> "
           f"{s['dev_changed'].get(m):.4f} after {args.verb} -> {after:.4f} final")
+    if args.verb == "ghost":
+        print(f"ghost parameters: {s['ghost_params']:,} (kernel {s['change']['kernel']})")
     if args.verb == "magnitude":
         print(f"sparsity of encoder Linear weights: {s['change']['sparsity_encoder_linear']:.4f} (dense storage: "
               f"file size and CPU latency are unchanged)")

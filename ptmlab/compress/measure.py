@@ -75,16 +75,11 @@ def pareto_front(rows: list[dict]) -> list[dict]:
     return sorted(front, key=lambda r: r["latency_b32_ms"])
 
 
-def write_table_report(run: RunDir, title: str, rows: list[dict], baseline: dict, extra: dict | None = None) -> None:
-    """summary.json (rows), report.html (table + accuracy-vs-latency plot with the Pareto front), table on stdout."""
-    from ptmlab.report.html import Report, new_figure
-    from ptmlab.studies.common import print_table
+def pareto_figure(rows: list[dict], front: list[dict] | None = None, title: str = ""):
+    """Dev metric against batch-32 latency, one labelled point per variant, the Pareto front in red."""
+    from ptmlab.report.html import new_figure
 
-    add_ratios(rows, baseline)
-    front = pareto_front(rows)
-    for r in rows:
-        r["pareto"] = r in front
-    run.write_summary({"title": title, "rows": rows, **(extra or {})})
+    front = pareto_front(rows) if front is None else front
     fig, ax = new_figure()
     ax.scatter([r["latency_b32_ms"] for r in rows], [r["dev"] for r in rows], s=30, color="tab:blue")
     for r in rows:
@@ -94,7 +89,23 @@ def write_table_report(run: RunDir, title: str, rows: list[dict], baseline: dict
             label="Pareto front")
     ax.set_xlabel("batch-32 latency (ms, CPU)")
     ax.set_ylabel("dev metric")
+    if title:
+        ax.set_title(title)
     ax.legend(fontsize=8)
+    return fig
+
+
+def write_table_report(run: RunDir, title: str, rows: list[dict], baseline: dict, extra: dict | None = None) -> None:
+    """summary.json (rows), report.html (table + accuracy-vs-latency plot with the Pareto front), table on stdout."""
+    from ptmlab.report.html import Report
+    from ptmlab.studies.common import print_table
+
+    add_ratios(rows, baseline)
+    front = pareto_front(rows)
+    for r in rows:
+        r["pareto"] = r in front
+    run.write_summary({"title": title, "rows": rows, **(extra or {})})
+    fig = pareto_figure(rows, front)
     rep = Report(title)
     rep.heading("Variants").table(rows, COLUMNS + ["pareto"])
     rep.figure(fig, "pareto", "dev metric against batch-32 latency; the red line joins variants nothing beats on both")

@@ -228,6 +228,9 @@ def run_compress(cfg: CompressConfig) -> list[dict]:
     tokenizer = load_tokenizer(cfg.model)
     model = load_model(cfg.model, num_labels=data.spec.num_labels, regression=data.spec.kind == "regression",
                        label_names=label_names(data))
+    from ptmlab.compress.ghost import check_no_ghost
+
+    check_no_ghost(model, "compress")
     meas = Measurer(cfg, tokenizer)
     rows = [meas.row("original", model, meas.saved_size(model))]
     with tempfile.TemporaryDirectory(prefix="ptmlab-compress-") as tmp:

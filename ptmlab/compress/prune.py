@@ -2,11 +2,13 @@
 
 Each iteration scores heads and FFN neurons on a training subset, removes the least important ones (weight
 slicing, ``surgery.prune_structure``) and, with ``recover_epochs > 0``, fine-tunes the pruned model; the last
-iteration's fine-tuning run is the output run directory.
+iteration's fine-tuning run is the output run directory. With ``distill_alpha > 0`` recovery minimises
+``ptmlab.distill``'s ``soft_ce`` against the unpruned model's logits (the Trainer's ``loss_fn``).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import tempfile
 from dataclasses import dataclass
@@ -32,9 +34,18 @@ class PruneConfig(ModelArgs, DataArgs, TrainArgs):
     use_labels: bool = opt(True, "score with gold labels (--no-use-labels: the model's own predictions)")
     iterations: int = opt(1, "prune in this many equal steps, each followed by recovery")
     recover_epochs: float = opt(1.0, "recovery fine-tuning epochs after each pruning step (0: none)")
+    distill_alpha: float = opt(0.0, "recovery: weight of soft_ce to the unpruned model's outputs (1 - alpha on the "
+                                    "labels); 0: plain fine-tuning")
+    distill_temperature: float = opt(2.0, "recovery: soft_ce temperature (the KL term is scaled by T^2)")
 
     def validate(self) -> None:
         self.validate_data()
+        if not 0 <= self.distill_alpha <= 1:
+            raise PtmlabError(f"--distill-alpha {self.distill_alpha} is out of range: give a weight in [0, 1]")
+        if not self.distill_temperature > 0:
+            raise PtmlabError(f"--distill-temperature must be positive, got {self.distill_temperature}")
+        if self.distill_alpha and not self.recover_epochs > 0:
+            raise PtmlabError("--distill-alpha applies to recovery fine-tuning: pass --recover-epochs > 0")
         for name in ("heads", "ffn", "params"):
             check_fraction(name, getattr(self, name))
         IMPORTANCE.get(self.importance)
@@ -76,11 +87,43 @@ def _step_fraction(total_fraction: float, step: int, steps: int, removed_before:
     return max(0.0, min(0.9999, (goal - removed_before) / remaining)) if remaining > 0 else 0.0
 
 
-def recover(model, tokenizer, cfg, out: Path, epochs: float, command: str, test: bool | None = None):
+def distill_loss(teacher, alpha: float, temperature: float = 2.0, regression: bool = False):
+    """Per-example recovery loss: ``soft_ce`` (alpha x T^2 KL to ``teacher``'s logits + (1 - alpha) x the label
+    loss), for the Trainer's ``loss_fn``. Teacher logits are computed once per training example (by the batch's
+    example ids) and reused in later epochs."""
+    import torch
+
+    from ptmlab.distill.losses import LossContext, load_losses
+    from ptmlab.models.loader import model_inputs
+
+    soft_ce = load_losses().get("soft_ce").fn
+    teacher.eval()
+    cache: dict[int, torch.Tensor] = {}
+
+    def loss(model, batch):
+        logits = model(**model_inputs(model, batch)).logits
+        idx = batch["index"].tolist()
+        todo = [j for j, i in enumerate(idx) if i not in cache]
+        if todo:
+            teacher.to(logits.device)
+            sub = {k: v[todo] for k, v in batch.items() if isinstance(v, torch.Tensor) and v.dim() >= 1}
+            with torch.no_grad():
+                t = teacher(**model_inputs(teacher, sub)).logits.float().cpu()
+            for j, row in zip(todo, t, strict=True):
+                cache[idx[j]] = row
+        t_logits = torch.stack([cache[i] for i in idx]).to(logits.device)
+        ctx = LossContext(batch["attention_mask"], batch.get("labels"), regression, temperature, alpha)
+        return soft_ce(logits, t_logits, ctx)
+
+    return loss
+
+
+def recover(model, tokenizer, cfg, out: Path, epochs: float, command: str, test: bool | None = None,
+            loss_fn=None):
     """Recovery fine-tuning of a modified model with the foundation's pipeline; returns (model, summary).
 
     ``cfg`` supplies the task and training options (any config with the ``FinetuneConfig`` fields); ``test=False``
-    skips the test-split pass (intermediate and measured-elsewhere recoveries).
+    skips the test-split pass (intermediate and measured-elsewhere recoveries); ``loss_fn`` replaces the task loss.
     """
     from ptmlab.models.loader import save_model
     from ptmlab.models.zoo import load_model
@@ -92,7 +135,8 @@ def recover(model, tokenizer, cfg, out: Path, epochs: float, command: str, test:
         values.update(model=tmp, output=str(out), epochs=epochs, overwrite=True)
         if test is not None:
             values["test"] = test
-        summary = run_finetune(build_config(FinetuneConfig, values, source=command), command=command)
+        summary = run_finetune(build_config(FinetuneConfig, values, source=command), command=command,
+                               loss_fn=loss_fn)
     return load_model(str(out)), summary
 
 
@@ -115,6 +159,10 @@ def run_prune(cfg: PruneConfig) -> dict:
     spec = data.spec
     tokenizer = load_tokenizer(cfg.model)
     model = build_model(cfg, data)
+    from ptmlab.compress.ghost import check_no_ghost
+
+    check_no_ghost(model, "prune")
+    teacher = copy.deepcopy(model).eval() if cfg.distill_alpha > 0 else None
     layers = sorted({int(x) for x in cfg.layers})
     pad_id = tokenizer.pad_token_id or 0
     imp_enc = encode_split(tokenizer, subset(data.splits["train"], cfg.importance_examples, cfg.seed), cfg.max_length)
@@ -142,8 +190,10 @@ def run_prune(cfg: PruneConfig) -> dict:
             if cfg.recover_epochs > 0:
                 last = step == cfg.iterations
                 out = Path(cfg.output) if last else Path(tmp) / f"recovered-{step}"
+                loss_fn = distill_loss(teacher, cfg.distill_alpha, cfg.distill_temperature,
+                                       spec.kind == "regression") if teacher is not None else None
                 model, summary = recover(model, tokenizer, cfg, out, cfg.recover_epochs, command="prune",
-                                         test=None if last else False)
+                                         test=None if last else False, loss_fn=loss_fn)
                 row.update({f"dev_recovered_{k}": v for k, v in summary["metrics"].items()})
             steps.append(row)
         if cfg.recover_epochs == 0:
@@ -157,6 +207,8 @@ def run_prune(cfg: PruneConfig) -> dict:
         "params_before": params_before, "params": parameter_count(model), "heads_before": heads_orig,
         "heads": sum(heads_per_layer(model)), "heads_per_layer": heads_per_layer(model),
         "ffn_per_layer": ffn_per_layer(model), "prune_steps": steps, "main_metric": spec.main_metric,
+        "recovery_loss": (f"soft_ce (alpha {cfg.distill_alpha:g}, T {cfg.distill_temperature:g}) to the unpruned "
+                          f"model" if teacher is not None and cfg.recover_epochs > 0 else "task loss"),
     })
     run.write_summary(summary)
     return summary

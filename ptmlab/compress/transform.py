@@ -1,4 +1,5 @@
-"""``ptmlab lowrank`` / ``share`` / ``magnitude``: one model change, then recovery fine-tuning (``run_finetune``).
+"""``ptmlab lowrank`` / ``share`` / ``magnitude`` / ``ghost``: one model change, then recovery fine-tuning
+(``run_finetune``).
 
 Each command loads a fine-tuned model, measures its dev metric, applies its change, measures again, optionally
 recovers by fine-tuning, and writes a run directory (``summary.json``: dev before / after the change / after
@@ -51,6 +52,32 @@ class ShareConfig(_ChangeArgs):
     groups: int = opt(3, "number of groups of consecutive layers; each group shares one layer's weights")
     init: str = opt("mean", "shared weights start as the group's mean or its first layer", choices=["mean", "first"])
 
+    def validate(self) -> None:
+        super().validate()
+        _check_groups(self.model, self.groups)
+
+
+def _check_groups(model: str, groups: int) -> None:
+    """--groups against the model's layer count, read from its config (no weights are loaded)."""
+    if groups < 1:
+        raise PtmlabError(f"--groups {groups} is out of range: give at least 1 group")
+    try:
+        from transformers import AutoConfig
+
+        from ptmlab.models.zoo import resolve
+
+        path, entry = resolve(model)
+        config = AutoConfig.from_pretrained(path, **((entry and entry.random_config) or {}))
+    except Exception:
+        return  # an unreadable model is reported where it is loaded
+    mods = getattr(config, "ptmlab_modifications", None) or []
+    removed = sum(len(m.get("layers") or []) for m in mods if m.get("kind") == "structured_prune")
+    n = getattr(config, "num_hidden_layers", getattr(config, "n_layers", None))
+    if n is not None:
+        from ptmlab.compress.sharing import even_groups
+
+        even_groups(n - removed, groups)
+
 
 @dataclass
 class MagnitudeConfig(_ChangeArgs):
@@ -63,6 +90,21 @@ class MagnitudeConfig(_ChangeArgs):
         from ptmlab.compress.targets import check_fraction
 
         check_fraction("sparsity", self.sparsity)
+
+
+@dataclass
+class GhostConfig(_ChangeArgs):
+    ghost_kernel: int = opt(3, "kernel size of the depthwise convolution along the sequence (odd)")
+    ghost_parts: list[str] = opt(["attn", "ffn"], "where ghost features are added: attn, ffn")
+
+    def validate(self) -> None:
+        super().validate()
+        from ptmlab.compress.ghost import PARTS, check_kernel
+
+        check_kernel(self.ghost_kernel)
+        bad = [p for p in self.ghost_parts if p not in PARTS]
+        if bad or not self.ghost_parts:
+            raise PtmlabError(f"--ghost-parts entry '{bad[0] if bad else ''}' is invalid: use attn, ffn or both")
 
 
 def lowrank_change(model, cfg: LowRankConfig) -> dict:
@@ -86,8 +128,17 @@ def magnitude_change(model, cfg: MagnitudeConfig) -> dict:
     return magnitude_prune(model, cfg.sparsity, cfg.scope)
 
 
+def ghost_change(model, cfg: GhostConfig) -> dict:
+    from ptmlab.compress.ghost import add_ghost_modules
+
+    per_part = add_ghost_modules(model, kernel=cfg.ghost_kernel, parts=cfg.ghost_parts)
+    return {"kernel": cfg.ghost_kernel, "parts": list(cfg.ghost_parts), "ghost_params_per_part": per_part,
+            "ghost_params": sum(per_part.values())}
+
+
 def run_change(cfg, change: Callable[[object, object], dict], command: str) -> dict:
     """Load ``cfg.model``, apply ``change``, recover, save into ``cfg.output``; returns the summary."""
+    from ptmlab.compress.ghost import check_no_ghost
     from ptmlab.compress.magnitude import apply_masks, zero_masks
     from ptmlab.compress.prune import recover
     from ptmlab.compress.quantize import check_not_quantized
@@ -108,6 +159,8 @@ def run_change(cfg, change: Callable[[object, object], dict], command: str) -> d
     spec = data.spec
     tokenizer = load_tokenizer(cfg.model)
     model = build_model(cfg, data)
+    if command != "ghost":
+        check_no_ghost(model, command)
     pad = tokenizer.pad_token_id or 0
     dev_enc = encode_split(tokenizer, data.splits["dev"], cfg.max_length)
 
@@ -117,6 +170,8 @@ def run_change(cfg, change: Callable[[object, object], dict], command: str) -> d
     summary = {"dev_before": dev(model), "params_before": parameter_count(model)}
     info = change(model, cfg)
     summary.update({"change": info, "dev_changed": dev(model), "params": parameter_count(model)})
+    if "ghost_params" in info:
+        summary["ghost_params"] = info["ghost_params"]
     if cfg.recover_epochs > 0:
         masks = zero_masks(model) if command == "magnitude" else None
         model, fin = recover(model, tokenizer, cfg, Path(cfg.output), cfg.recover_epochs, command=command)
@@ -136,4 +191,4 @@ def run_change(cfg, change: Callable[[object, object], dict], command: str) -> d
 
 
 CHANGES = {"lowrank": (LowRankConfig, lowrank_change), "share": (ShareConfig, share_change),
-           "magnitude": (MagnitudeConfig, magnitude_change)}
+           "magnitude": (MagnitudeConfig, magnitude_change), "ghost": (GhostConfig, ghost_change)}

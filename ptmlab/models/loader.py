@@ -16,7 +16,9 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.core.registry import Registry
 
 MODIFIERS: Registry = Registry("model modification")
-MODIFIER_MODULES: list[str] = ["ptmlab.distill.rnn"]  # modules registering modifications outside ptmlab.models
+# modules registering modifications outside ptmlab.models (imported before a recorded modification is replayed)
+MODIFIER_MODULES: list[str] = ["ptmlab.distill.rnn", "ptmlab.compress.surgery", "ptmlab.compress.lowrank",
+                               "ptmlab.compress.sharing", "ptmlab.compress.ghost"]
 
 
 def record_modification(model, kind: str, **params) -> None:

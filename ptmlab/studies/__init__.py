@@ -15,6 +15,7 @@ STUDY_MODULES = [
     "ptmlab.studies.extraction",
     "ptmlab.studies.ablation", "ptmlab.studies.attention_explanation", "ptmlab.studies.random_init",
     "ptmlab.studies.anomaly",
+    "ptmlab.studies.ghost", "ptmlab.studies.super_tickets", "ptmlab.studies.compression",
 ]
 
 

@@ -70,8 +70,10 @@ def build_model(cfg, data: TaskData):
     return model
 
 
-def run_finetune(cfg: FinetuneConfig, resume: bool = False, command: str = "finetune") -> dict:
-    """Run (or resume) a fine-tuning job; returns the summary written to summary.json."""
+def run_finetune(cfg: FinetuneConfig, resume: bool = False, command: str = "finetune", loss_fn=None) -> dict:
+    """Run (or resume) a fine-tuning job; returns the summary written to summary.json.
+
+    ``loss_fn(model, batch) -> per-example losses`` replaces the task loss (recovery with a teacher, say)."""
     from ptmlab.models.loader import save_model
     from ptmlab.models.zoo import load_tokenizer
     from ptmlab.report.run_report import write_run_report
@@ -113,8 +115,8 @@ def run_finetune(cfg: FinetuneConfig, resume: bool = False, command: str = "fine
         return metrics
 
     strategy = make_strategy(cfg)
-    trainer = Trainer(model, enc["train"], cfg, run, pad_id, strategy=strategy, evaluate_fn=evaluate_fn,
-                      main_metric=spec.main_metric, regression=spec.kind == "regression")
+    trainer = Trainer(model, enc["train"], cfg, run, pad_id, loss_fn=loss_fn, strategy=strategy,
+                      evaluate_fn=evaluate_fn, main_metric=spec.main_metric, regression=spec.kind == "regression")
     if resume:
         trainer.resume()
     trainable = trainable_parameters(trainer.raw_model)

@@ -1,0 +1,184 @@
+"""Study ``compression`` (Q16): which compression family gives the best accuracy per size and per speed?
+
+From one fine-tuned model, every method aims at the same budget where it can: ``--keep`` of the transformer
+layers' parameters (embeddings are left alone by every method):
+
+- ``prune``: heads and FFN neurons removed alike (``ptmlab prune --params``) + recovery fine-tuning;
+- ``lowrank``: one rank ratio for every encoder Linear so the factors hold ``--keep`` of their weights + recovery;
+- ``share``: ``round(keep x layers)`` groups of consecutive layers sharing weights (ALBERT) + recovery;
+- ``distill``: a ``layers:K`` student (K = ``round(keep x layers)``) trained with ``soft_ce`` from the model;
+- ``torch-int8`` / ``onnx-int8``: every parameter kept, stored in 8 bits (no training).
+
+Each row is the compression table's row (``ptmlab.compress.measure``: dev metric, parameters, size on disk,
+batch-1/32 latency, speed-up and size ratio against the fine-tuned model), with the layer-parameter share it
+landed at; the plot is the compression Pareto plot (dev against batch-32 latency).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ptmlab.core.config import opt
+from ptmlab.core.errors import PtmlabError
+from ptmlab.studies import STUDIES
+from ptmlab.studies.common import parse_study_args, write_study
+from ptmlab.studies.compress_common import CompressStudyArgs
+
+METHODS = ("prune", "lowrank", "share", "distill", "torch-int8", "onnx-int8")
+
+
+@dataclass
+class CompressionStudyArgs(CompressStudyArgs):
+    methods: list[str] = opt(list(METHODS), "methods: prune, lowrank, share, distill, torch-int8, onnx-int8")
+    keep: float = opt(0.5, "share of the transformer layers' parameters each method keeps, in (0, 1)")
+    tolerance: float = opt(0.01, "'no accuracy loss' for the speed verdict: within this of the fine-tuned model")
+    output: str = opt("runs/study-compression", "output directory")
+
+    def validate(self) -> None:
+        super().validate()
+        bad = [m for m in self.methods if m not in METHODS]
+        if bad:
+            raise PtmlabError(f"unknown method '{bad[0]}': choose from {', '.join(METHODS)}")
+        if not self.methods:
+            raise PtmlabError(f"--methods is empty: choose from {', '.join(METHODS)}")
+        if not 0 < self.keep < 1:
+            raise PtmlabError(f"--keep {self.keep} is out of range: give a fraction in (0, 1)")
+
+
+def layer_params(model) -> int:
+    """Parameters held by the transformer layers (shared layers counted once)."""
+    from ptmlab.models.structure import structure_of
+
+    layers = structure_of(model).layer_list(model)
+    return sum(p.numel() for p in {id(p): p for p in layers.parameters()}.values())
+
+
+def rank_ratio_for(model, keep: float) -> float:
+    """The rank ratio at which the factorised encoder Linears hold ``keep`` of their weights (layers that would
+    not shrink stay whole, as ``low_rank`` does)."""
+    from ptmlab.compress.magnitude import encoder_linears
+
+    shapes = [(m.in_features, m.out_features) for m in encoder_linears(model).values()]
+    full = sum(i * o for i, o in shapes)
+
+    def held(ratio: float) -> int:
+        total = 0
+        for i, o in shapes:
+            r = max(1, math.ceil(round(ratio * min(i, o), 6)))
+            total += r * (i + o) if r * (i + o) < i * o else i * o
+        return total
+
+    lo, hi = 1e-4, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if held(mid) <= keep * full else (lo, mid)
+    return round(lo, 6)
+
+
+@STUDIES.register("compression", help="Q16: pruning, low rank, int8, sharing and distillation at one budget")
+def run(argv: list[str]) -> int:
+    import tempfile
+
+    from ptmlab.compress.measure import add_ratios, pareto_figure, pareto_front
+    from ptmlab.compress.quantize import OrtModel, export_onnx, int8_state, onnx_int8, torch_int8
+    from ptmlab.core.io import atomic_save_file
+    from ptmlab.models.latency import parameter_count, size_on_disk_mb
+    from ptmlab.models.structure import structure_of
+    from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.studies.compress_common import change_run, measure_run, measurer, once, start, study_config
+
+    a = parse_study_args("compression", CompressionStudyArgs, argv, __doc__)
+    out, ft = start(a)
+    model = load_model(ft)
+    meas = measurer(a, load_tokenizer(ft))
+    n_layers = structure_of(model).num_layers(model)
+    total, in_layers = parameter_count(model), layer_params(model)
+    k = min(n_layers - 1, max(1, round(a.keep * n_layers)))
+    rows = [measure_run(meas, "fine-tuned (fp32)", ft, method="none", budget="all")]
+    for method in a.methods:
+        run_dir = out / method
+        if method == "prune":
+            from ptmlab.compress.prune import PruneConfig, run_prune
+
+            frac = (1 - a.keep) * in_layers / total
+            cfg = study_config(a, PruneConfig, model=ft, output=str(run_dir), params=frac, recover_epochs=a.epochs)
+            once(a, run_dir, lambda cfg=cfg: run_prune(cfg))
+            rows.append(measure_run(meas, f"pruned heads+FFN ({frac:.1%} of all params)", run_dir,
+                                    budget=f"keep {a.keep:g} of layer params"))
+        elif method == "lowrank":
+            ratio = rank_ratio_for(model, a.keep)
+            change_run(a, "lowrank", ft, run_dir, rank_ratio=ratio)
+            rows.append(measure_run(meas, f"low rank (rank ratio {ratio:.3f})", run_dir,
+                                    budget=f"keep {a.keep:g} of Linear weights"))
+        elif method == "share":
+            change_run(a, "share", ft, run_dir, groups=k)
+            rows.append(measure_run(meas, f"shared ({k} groups of {n_layers} layers)", run_dir,
+                                    budget=f"{k}/{n_layers} layers"))
+        elif method == "distill":
+            from ptmlab.distill.config import DistillConfig
+            from ptmlab.distill.pipeline import run_distill
+
+            cfg = study_config(a, DistillConfig, teacher=ft, student=f"layers:{k}", losses=["soft_ce"],
+                               output=str(run_dir))
+            once(a, run_dir, lambda cfg=cfg: run_distill(cfg, command="study"))
+            rows.append(measure_run(meas, f"distilled (layers:{k}, soft_ce)", run_dir,
+                                    budget=f"{k}/{n_layers} layers"))
+        elif method == "torch-int8":
+            q = torch_int8(model)
+            with tempfile.TemporaryDirectory() as tmp:
+                atomic_save_file(int8_state(q), Path(tmp) / "model.safetensors")
+                size = round(size_on_disk_mb(Path(tmp) / "model.safetensors"), 2)
+            rows.append(meas.row("torch int8 (dynamic)", q, size, params=total))
+            rows[-1]["budget"] = "all params, 8-bit"
+        elif method == "onnx-int8":
+            run_dir.mkdir(parents=True, exist_ok=True)
+            q8 = run_dir / "model.onnx"
+            if not q8.is_file() or a.overwrite:
+                fp = export_onnx(model, run_dir / "model_fp32.onnx")
+                onnx_int8(fp, q8)
+                fp.unlink()
+            rows.append(meas.row("onnx int8 (onnxruntime)", OrtModel(q8, model.config), round(size_on_disk_mb(q8), 2),
+                                 params=total))
+            rows[-1]["budget"] = "all params, 8-bit"
+        rows[-1]["method"] = method
+    for r in rows:
+        m = None if r["method"] in ("none", "torch-int8", "onnx-int8") else load_model(str(out / r["method"]))
+        r["layer_params_kept"] = 1.0 if m is None else round(layer_params(m) / in_layers, 3)
+    add_ratios(rows, rows[0])
+    front = pareto_front(rows)
+    for r in rows:
+        r["pareto"] = r in front
+    metric = meas.spec.main_metric
+    cols = ["variant", "budget", "dev", "params", "layer_params_kept", "size_mb", "latency_b32_ms", "speedup_b32",
+            "size_ratio", "pareto"]
+    fig = pareto_figure(rows, front, f"{a.task}: dev {metric} against batch-32 latency")
+    write_study(out, f"Study: compression families at one budget ({a.task}, keep {a.keep:g})", rows,
+                verdict(rows, metric, a.tolerance),
+                [(fig, "pareto", "dev metric against batch-32 latency; the red line joins variants nothing beats "
+                                 "on both")],
+                extra={"metric": metric, "fine_tuned": ft, "keep": a.keep, "params": total,
+                       "layer_params": in_layers}, columns=cols)
+    return 0
+
+
+def verdict(rows: list[dict], metric: str, tol: float) -> str:
+    base, variants = rows[0], rows[1:]
+    if not variants:
+        return "no compression method ran."
+    small = [r for r in variants if (r.get("size_ratio") or 0) >= 1.5]
+    size_pick = max(small, key=lambda r: (r["dev"], r["size_ratio"])) if small else \
+        max(variants, key=lambda r: (r.get("size_ratio") or 0, r["dev"]))
+    keep_acc = [r for r in variants if r["dev"] >= base["dev"] - tol]
+    speed_pick = max(keep_acc, key=lambda r: r["speedup_b32"]) if keep_acc else max(variants, key=lambda r: r["dev"])
+    front = ", ".join(r["method"] for r in variants if r.get("pareto")) or "none"
+    parts = [f"the fine-tuned model has {base['dev']:.4f} {metric} at {base['size_mb']} MB",
+             f"best accuracy per size: {size_pick['method']} ({size_pick['variant']}: {size_pick['dev']:.4f}, "
+             f"{size_pick['size_ratio']}x smaller" + (", the most accurate of the variants at least 1.5x smaller)"
+                                                       if small else "; nothing reached 1.5x smaller)"),
+             f"best speed {'without losing more than ' + format(tol, 'g') if keep_acc else 'at any accuracy'}: "
+             f"{speed_pick['method']} ({speed_pick['variant']}: {speed_pick['speedup_b32']}x at batch 32, "
+             f"{speed_pick['dev']:.4f})",
+             f"compressed methods on the latency Pareto front: {front}"]
+    return "; ".join(parts) + ". One seed and one machine's CPU timing; dev differences of a point are noise."
