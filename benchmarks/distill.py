@@ -84,6 +84,7 @@ def main() -> int:
     p.add_argument("--tinybert-train", type=int, default=0, help="transfer-set rows for --tinybert (0: all)")
     p.add_argument("--tinybert-lr", type=float, default=1e-3)
     p.add_argument("--tinybert-losses", default="soft_ce")
+    p.add_argument("--tinybert-out", default="distill_tinybert.json", help="result file under benchmarks/results")
     args = p.parse_args()
     from ptmlab.core.io import atomic_write_json
     from ptmlab.core.seed import configure_threads
@@ -157,7 +158,7 @@ def tinybert(args, teacher: str, work: Path) -> int:
            "train_seconds": s["train_seconds"]}
     targets = {"param_ratio": 7.5, "retained_pct": 96.8, "speedup_b32": 9.0}
     row["meets"] = {k: row[k] >= v for k, v in targets.items()}
-    atomic_write_json(ROOT / "benchmarks" / "results" / "distill_tinybert.json",
+    atomic_write_json(ROOT / "benchmarks" / "results" / args.tinybert_out,
                       {"benchmark": "distill-tinybert", "teacher": teacher, "targets": targets, "row": row})
     for k in ("student", "teacher_acc", "student_acc_before_vocab", "student_acc", "retained_pct", "agreement",
               "teacher_params", "student_params", "param_ratio", "speedup_b1", "speedup_b32", "meets"):

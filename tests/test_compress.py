@@ -4,7 +4,6 @@ differences, targets."""
 from __future__ import annotations
 
 import copy
-import math
 
 import pytest
 import torch
@@ -179,10 +178,12 @@ def test_targets_by_hand():
     assert ffn_mask(imp, 0.2)[1] == [True] * 8 + [False, False]
     per_head, per_neuron = 4 * 64 * 16 + 3 * 16, 2 * 64 + 1
 
-    def removed(f):  # per layer: ceil(f * units), never the last unit
-        return 2 * min(3, math.ceil(f * 4)) * per_head + 2 * min(127, math.ceil(f * 128)) * per_neuron
+    def removed(f):  # what the masks really remove at fraction f (heads: one global count; FFN: per layer)
+        heads = sum(not k for row in head_mask(imp, f) for k in row)
+        neurons = sum(not k for row in ffn_mask(imp, f) for k in row)
+        return heads * per_head + neurons * per_neuron
 
-    f = fraction_for_params(0.1, 200_000, 64, 16, [4, 4], [128, 128])
+    f = fraction_for_params(0.1, 200_000, 64, 16, [4, 4], [10, 10])  # the widths of `imp`
     assert removed(f) >= 20_000 > removed(f - 0.01)
     with pytest.raises(PtmlabError, match="--heads 1.0"):
         head_mask(imp, 1.0)

@@ -74,7 +74,8 @@ def fraction_for_params(target: float, total_params: int, hidden: int, head_dim:
     lo, hi = 0.0, 0.9999
     for _ in range(40):
         mid = (lo + hi) / 2
-        removed = sum(min(h - 1, math.ceil(mid * h)) for h in heads) * per_head + \
-            sum(min(f - 1, math.ceil(mid * f)) for f in ffn) * per_neuron
+        # heads go by one global count (head_mask), FFN neurons by a count per layer (ffn_mask)
+        removed = min(sum(h - 1 for h in heads), math.ceil(round(mid * sum(heads), 6))) * per_head + \
+            sum(min(f - 1, math.ceil(round(mid * f, 6))) for f in ffn) * per_neuron
         lo, hi = (mid, hi) if removed < need else (lo, mid)
     return hi
