@@ -40,7 +40,7 @@ def main() -> int:
     p.add_argument("--base", type=int, default=1000, help="reference sentences of the plain method")
     args = p.parse_args()
     configure_threads()
-    enc = Encoder.load("minilm")
+    enc = Encoder.load("minilm", center=False)  # raw token vectors; centring is one of the variants
     pairs = load_blimp(args.blimp, args.per_phenomenon)
     n = len(pairs)
 
@@ -97,6 +97,13 @@ def main() -> int:
     for nu in (5, 20, 100, 400):
         run(f"Student-t token scores, nu={nu}", W[:base], token_score=nu)
     run("-log Mahalanobis token scores", W[:base], token_score="neglog")
+    def centred(t, l):
+        return t[l] - t[l].mean(0, keepdims=True)
+
+    for seed in range(4):
+        idx = np.random.default_rng(seed).permutation(len(W))[:base]
+        run(f"centred tokens, {base} sentences, seed {seed}", [W[i] for i in idx], feature=centred)
+    run(f"centred tokens, {2 * base} sentences (ptmlab default)", W[:2 * base], feature=centred)
     run("mean of layers 1-3", W[:base], feature=lambda t, _l: t[1:4].mean(0), layer_set=[0])
     for lo, hi in ((1, 3), (0, 2), (2, 3), (0, layers - 1)):
         run(f"concatenated layers {lo}-{hi}", W[:base], layer_set=[0],

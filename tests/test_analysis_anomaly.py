@@ -155,3 +155,20 @@ def test_encoder_rejects_gaussians_of_another_shape():
     with pytest.raises(PtmlabError, match="fit them again"):
         enc.scores(g, ["a sentence"])
 
+
+
+def test_centred_token_vectors_have_zero_sentence_mean_and_saved_gaussians_remember_it(tmp_path):
+    sents = ["the cat sat on the mat .", "a dog barks", "colourless green ideas sleep furiously tonight"]
+    plain = Encoder.load("tiny", center=False)
+    centred = Encoder(plain.model, plain.tokenizer)  # the same weights, centred (the default)
+    for (_, raw, keep), (_, cen, keep2) in zip(plain.batches(sents), centred.batches(sents), strict=True):
+        assert torch.equal(keep, keep2)
+        for b in range(keep.shape[0]):
+            k = keep[b]
+            assert torch.allclose(cen[:, b][:, k].mean(1), torch.zeros(1), atol=1e-5)  # every layer, every sentence
+            assert torch.allclose(cen[:, b][:, k], raw[:, b][:, k] - raw[:, b][:, k].mean(1, keepdim=True), atol=1e-5)
+    g = centred.fit(sents * 40, "diag")
+    g.save(tmp_path / "g.safetensors")
+    with pytest.raises(PtmlabError, match="--center"):
+        plain.scores(LayerGaussians.load(tmp_path / "g.safetensors"), sents)
+    assert centred.scores(LayerGaussians.load(tmp_path / "g.safetensors"), sents).shape == (3, plain.num_layers)

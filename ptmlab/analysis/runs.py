@@ -161,14 +161,14 @@ def run_anomaly_analysis(cfg, create_run) -> dict:
 
     pairs = load_blimp(cfg.blimp, cfg.per_phenomenon or None) if cfg.blimp else []
     sets = load_anomaly_sets(cfg.anomaly_sets) if cfg.anomaly_sets else {}
-    enc = Encoder.load(cfg.model, include_special=cfg.include_special, batch_size=cfg.batch_size)
+    enc = Encoder.load(cfg.model, include_special=cfg.include_special, center=cfg.center, batch_size=cfg.batch_size)
     g, fitted = fit_or_load(enc, cfg, cfg.model)
     run = create_run()
     g.save(run.file("gaussians.safetensors"))
     if fitted and cfg.gaussians:
         g.save(cfg.gaussians)
     summary: dict = {"model": cfg.model, "covariance": g.covariance, "reference_tokens": g.tokens,
-                     "reference": g.meta.get("reference"), "include_special": cfg.include_special,
+                     "reference": g.meta.get("reference"), "include_special": cfg.include_special, "center": cfg.center,
                      "layers": enc.num_layers}
     rep = Report(f"Layer-wise anomaly detection: {cfg.model}")
     rep.text(f"One Gaussian per layer ({g.covariance} covariance) on {g.tokens} token vectors of "

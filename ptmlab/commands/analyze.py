@@ -41,6 +41,8 @@ class AnomalyConfig:
     max_sentences: int = opt(2000, "reference sentences sampled for the Gaussians")
     covariance: str = opt("full", "full, ledoit-wolf or diag", choices=["full", "ledoit-wolf", "diag"])
     include_special: bool = opt(False, "also score [CLS]/[SEP] token vectors")
+    center: bool = opt(True, "subtract each sentence's mean token vector at every layer (--no-center: the plain "
+                             "method)")
     per_phenomenon: int = opt(100, "BLiMP pairs per phenomenon file (0: all)")
     gaussians: str | None = opt(None, "saved Gaussians to reuse (fitted and saved there when missing)")
     heatmap_pairs: int = opt(3, "BLiMP pairs whose token surprisal is plotted")
