@@ -172,3 +172,19 @@ def test_centred_token_vectors_have_zero_sentence_mean_and_saved_gaussians_remem
     with pytest.raises(PtmlabError, match="--center"):
         plain.scores(LayerGaussians.load(tmp_path / "g.safetensors"), sents)
     assert centred.scores(LayerGaussians.load(tmp_path / "g.safetensors"), sents).shape == (3, plain.num_layers)
+
+
+@needs_blimp
+def test_anomaly_study_runs_plain_and_centred(tmp_path):
+    blimp = tmp_path / "blimp"
+    blimp.mkdir()
+    lines = (SHARED / "blimp" / "determiner_noun_agreement_1.jsonl").read_text().splitlines()[:6]
+    (blimp / "determiner_noun_agreement_1.jsonl").write_text("\n".join(lines) + "\n")
+    ref = tmp_path / "ref.txt"
+    ref.write_text("\n\n".join(split_sentences((SHARED / "text/wikitext-2/valid.txt").read_text())[:60]))
+    for flag in ("--center", "--no-center"):
+        out = tmp_path / flag
+        proc = run_cli("study", "anomaly", "--model", "tiny", "--blimp", str(blimp), "--reference", str(ref),
+                       "--anomaly-sets", str(tmp_path / "none"), "--heatmap-pairs", "0", flag, "--output", str(out))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "verdict" in proc.stdout and (out / "results.json").is_file()

@@ -29,6 +29,7 @@ class AnomalyStudyArgs:
     max_sentences: int = opt(2000, "reference sentences")
     covariance: str = opt("full", "full, ledoit-wolf or diag", choices=["full", "ledoit-wolf", "diag"])
     include_special: bool = opt(False, "also score [CLS]/[SEP]")
+    center: bool = opt(True, "centre token vectors on their sentence's mean (--no-center: the plain method)")
     per_phenomenon: int = opt(100, "BLiMP pairs per phenomenon")
     gaussians: str | None = opt(None, "saved Gaussians to reuse")
     heatmap_pairs: int = opt(2, "pairs whose token surprisal is plotted")
