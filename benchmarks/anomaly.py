@@ -13,21 +13,14 @@ next to the paper (BERT-base 0.742 at layer 9, RoBERTa-base 0.830 at layer 11) a
 
 from __future__ import annotations
 
+# isort: off
+from _env import ROOT  # first: offline defaults before anything imports transformers
+# isort: on
+
 import argparse
 import json
-import os
-import sys
 import time
-from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("PTMLAB_PROGRESS", "0")
-
-ROOT = Path(__file__).resolve().parents[1]
-# run as a script, this folder comes first on sys.path, where benchmarks/tokenizers.py would shadow `tokenizers`
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(ROOT))
 SHARED = ROOT.parent / "shared" / "data"
 REFERENCE = {"paper BERT-base": (0.742, 9), "paper RoBERTa-base": (0.830, 11), "plain baseline minilm": (0.588, 2),
              "plain baseline mpnet": (0.71, 7)}

@@ -9,21 +9,16 @@ benchmarks/results/anomaly_variants.json and prints one line per variant (best l
 
 from __future__ import annotations
 
+# isort: off
+from _env import ROOT  # first: offline defaults before anything imports transformers
+# isort: on
+
 import argparse
 import json
-import os
-import sys
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("PTMLAB_PROGRESS", "0")
-ROOT = Path(__file__).resolve().parents[1]
-# run as a script, this folder comes first on sys.path, where benchmarks/tokenizers.py would shadow `tokenizers`
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
 
 def main() -> int:

@@ -18,25 +18,18 @@ a load change on a shared machine hits every variant alike instead of whichever 
 
 from __future__ import annotations
 
+# isort: off
+from _env import ROOT  # first: offline defaults before anything imports transformers
+# isort: on
+
 import argparse
 import copy
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("PTMLAB_PROGRESS", "0")
-
-ROOT = Path(__file__).resolve().parents[1]
-# run as a script, this folder comes first on sys.path, where benchmarks/tokenizers.py would shadow `tokenizers`
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(ROOT))
 
 TARGETS = {"heads_drop_points_max": 0.3, "int8_speedup_b32_min": 1.8, "int8_drop_points_max": 1.0,
            "vocab_size_reduction_min": 0.40, "combined_size_ratio_min": 4.0, "combined_speedup_b32_min": 2.0,

@@ -12,21 +12,13 @@ measured alternately in the same process. Writes benchmarks/results/distill.json
 
 from __future__ import annotations
 
+# isort: off
+from _env import ROOT  # first: offline defaults before anything imports transformers
+# isort: on
+
 import argparse
-import os
-import sys
 import tempfile
 from pathlib import Path
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("PTMLAB_PROGRESS", "0")
-
-ROOT = Path(__file__).resolve().parents[1]
-# run as a script, this folder comes first on sys.path, where benchmarks/tokenizers.py would shadow `tokenizers`
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(ROOT))
 
 
 def teacher_run(args, work: Path) -> str:

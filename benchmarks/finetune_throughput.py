@@ -11,6 +11,10 @@ grouped with ``bf16=True``. Writes benchmarks/results/finetune_throughput.json a
 
 from __future__ import annotations
 
+# isort: off
+from _env import ROOT  # first: offline defaults before anything imports transformers
+# isort: on
+
 import argparse
 import json
 import os
@@ -18,16 +22,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("PTMLAB_PROGRESS", "0")
-
-ROOT = Path(__file__).resolve().parents[1]
-# run as a script, this folder comes first on sys.path, where benchmarks/tokenizers.py would shadow `tokenizers`
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(ROOT))
 
 
 def ptmlab_run(args, out: Path) -> dict:

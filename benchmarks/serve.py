@@ -9,6 +9,9 @@ own process with the same torch thread count. Writes benchmarks/results/serve.js
     python benchmarks/serve.py --run RUN_DIR [--requests 400] [--clients 16]
 """
 
+# isort: off
+from _env import ROOT  # first: offline defaults before anything imports transformers
+# isort: on
 
 import argparse
 import json
@@ -19,16 +22,6 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("PTMLAB_PROGRESS", "0")
-
-ROOT = Path(__file__).resolve().parents[1]
-# run as a script, this folder comes first on sys.path, where benchmarks/tokenizers.py would shadow `tokenizers`
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(ROOT))
 
 
 def naive_app(run_dir: str):

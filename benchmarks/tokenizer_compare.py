@@ -6,11 +6,15 @@
    Python loop over ``tokenizer.tokenize(word)`` for every word. Both must give the same numbers; the ratio is
    the speed-up.
 
-Run from the project root: ``python benchmarks/tokenizers.py`` (needs ../shared/data). Writes
+Run from the project root: ``python benchmarks/tokenizer_compare.py`` (needs ../shared/data). Writes
 ``benchmarks/results/tokenizers.json`` and prints a table.
 """
 
 from __future__ import annotations
+
+# isort: off
+import _env  # noqa: F401  (first: offline defaults before anything imports transformers)
+# isort: on
 
 import argparse
 import os
@@ -20,19 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("PTMLAB_PROGRESS", "0")
-# Run as a script, this file's folder leads sys.path and its name would shadow the `tokenizers` library.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
-
-from ptmlab.core.io import atomic_write_json  # noqa: E402
-from ptmlab.tokenization.corpora import resolve_sources, shared_data_dir  # noqa: E402
-from ptmlab.tokenization.load import load_tokenizer  # noqa: E402
-from ptmlab.tokenization.metrics import count_words, measure  # noqa: E402
-from ptmlab.tokenization.train import save_tokenizer, scan_sources, train_tokenizer  # noqa: E402
+from ptmlab.core.io import atomic_write_json
+from ptmlab.tokenization.corpora import resolve_sources, shared_data_dir
+from ptmlab.tokenization.load import load_tokenizer
+from ptmlab.tokenization.metrics import count_words, measure
+from ptmlab.tokenization.train import save_tokenizer, scan_sources, train_tokenizer
 
 
 def first_lines(sources, n_words: int) -> list[str]:
