@@ -140,29 +140,43 @@ def recover(model, tokenizer, cfg, out: Path, epochs: float, command: str, test:
     return load_model(str(out)), summary
 
 
+def load_for_change(cfg, command: str, allow_ghost: bool = False):
+    """What every command that changes a model does first: check the input and output, seed, load the task data,
+    the tokenizer and the model (through ``finetune.build_model``); returns (data, tokenizer, model)."""
+    from ptmlab.compress.ghost import check_no_ghost
+    from ptmlab.compress.quantize import check_not_quantized
+    from ptmlab.core.rundir import check_output_dir
+    from ptmlab.core.seed import configure_threads, set_seed
+    from ptmlab.models.zoo import load_tokenizer
+    from ptmlab.train.finetune import build_model, load_task_data
+
+    configure_threads()
+    check_not_quantized(cfg.model)
+    check_output_dir(cfg.output, cfg.overwrite)
+    set_seed(cfg.seed)
+    data = load_task_data(cfg)
+    tokenizer = load_tokenizer(cfg.model)
+    model = build_model(cfg, data)
+    if not allow_ghost:
+        check_no_ghost(model, command)
+    return data, tokenizer, model
+
+
 def run_prune(cfg: PruneConfig) -> dict:
     """Prune ``cfg.model`` (a fine-tuned run or model directory) into the run directory ``cfg.output``."""
-    from ptmlab.core.rundir import RunDir, check_output_dir
-    from ptmlab.core.seed import configure_threads, set_seed
+    from ptmlab.core.rundir import RunDir
     from ptmlab.data.encode import encode_split
     from ptmlab.data.loaders import subset
     from ptmlab.models.latency import parameter_count
     from ptmlab.models.loader import save_model
-    from ptmlab.models.zoo import load_tokenizer
     from ptmlab.train.evaluate import evaluate
-    from ptmlab.train.finetune import build_model, load_task_data
 
-    configure_threads()
-    check_output_dir(cfg.output, cfg.overwrite)
-    set_seed(cfg.seed)
-    data = load_task_data(cfg)
+    data, tokenizer, model = load_for_change(cfg, "prune")
     spec = data.spec
-    tokenizer = load_tokenizer(cfg.model)
-    model = build_model(cfg, data)
-    from ptmlab.compress.ghost import check_no_ghost
-
-    check_no_ghost(model, "prune")
     teacher = copy.deepcopy(model).eval() if cfg.distill_alpha > 0 else None
+    # one loss for every iteration: the unpruned teacher's logits are computed once per example and kept
+    loss_fn = distill_loss(teacher, cfg.distill_alpha, cfg.distill_temperature,
+                           spec.kind == "regression") if teacher is not None else None
     layers = sorted({int(x) for x in cfg.layers})
     pad_id = tokenizer.pad_token_id or 0
     imp_enc = encode_split(tokenizer, subset(data.splits["train"], cfg.importance_examples, cfg.seed), cfg.max_length)
@@ -190,8 +204,6 @@ def run_prune(cfg: PruneConfig) -> dict:
             if cfg.recover_epochs > 0:
                 last = step == cfg.iterations
                 out = Path(cfg.output) if last else Path(tmp) / f"recovered-{step}"
-                loss_fn = distill_loss(teacher, cfg.distill_alpha, cfg.distill_temperature,
-                                       spec.kind == "regression") if teacher is not None else None
                 model, summary = recover(model, tokenizer, cfg, out, cfg.recover_epochs, command="prune",
                                          test=None if last else False, loss_fn=loss_fn)
                 row.update({f"dev_recovered_{k}": v for k, v in summary["metrics"].items()})

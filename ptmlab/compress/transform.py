@@ -138,29 +138,16 @@ def ghost_change(model, cfg: GhostConfig) -> dict:
 
 def run_change(cfg, change: Callable[[object, object], dict], command: str) -> dict:
     """Load ``cfg.model``, apply ``change``, recover, save into ``cfg.output``; returns the summary."""
-    from ptmlab.compress.ghost import check_no_ghost
     from ptmlab.compress.magnitude import apply_masks, zero_masks
-    from ptmlab.compress.prune import recover
-    from ptmlab.compress.quantize import check_not_quantized
-    from ptmlab.core.rundir import RunDir, check_output_dir
-    from ptmlab.core.seed import configure_threads, set_seed
+    from ptmlab.compress.prune import load_for_change, recover
+    from ptmlab.core.rundir import RunDir
     from ptmlab.data.encode import encode_split
     from ptmlab.models.latency import parameter_count
     from ptmlab.models.loader import save_model
-    from ptmlab.models.zoo import load_tokenizer
     from ptmlab.train.evaluate import evaluate
-    from ptmlab.train.finetune import build_model, load_task_data
 
-    configure_threads()
-    check_not_quantized(cfg.model)
-    check_output_dir(cfg.output, cfg.overwrite)
-    set_seed(cfg.seed)
-    data = load_task_data(cfg)
+    data, tokenizer, model = load_for_change(cfg, command, allow_ghost=command == "ghost")
     spec = data.spec
-    tokenizer = load_tokenizer(cfg.model)
-    model = build_model(cfg, data)
-    if command != "ghost":
-        check_no_ghost(model, command)
     pad = tokenizer.pad_token_id or 0
     dev_enc = encode_split(tokenizer, data.splits["dev"], cfg.max_length)
 
