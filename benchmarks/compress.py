@@ -61,9 +61,9 @@ def main() -> int:
     from ptmlab.data.loaders import subset
     from ptmlab.models.latency import measure_latency, parameter_count
     from ptmlab.models.zoo import load_model, load_tokenizer
-    from ptmlab.studies.common import print_table
+    from ptmlab.report.table import print_table
     from ptmlab.train.args import FinetuneConfig
-    from ptmlab.train.finetune import load_task_data
+    from ptmlab.data.taskdata import load_task_data
 
     configure_threads()
     set_seed(0)

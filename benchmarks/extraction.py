@@ -33,10 +33,10 @@ def main() -> None:
     from ptmlab.serve.app import create_app
     from ptmlab.serve.config import ServeConfig
     from ptmlab.serve.server import serve_in_thread
-    from ptmlab.serve.state import Store
+    from ptmlab.serve.state import open_store
 
     budgets = sorted(int(b) for b in args.budgets.split(","))
-    store = Store(tempfile.mkdtemp(prefix="ptmlab-bench-"))
+    store = open_store(tempfile.mkdtemp(prefix="ptmlab-bench-"))
     key = store.create_key("bench", rate=1e6, burst=1e6, daily_budget=10**9)
     out = Path(tempfile.mkdtemp(prefix="ptmlab-extract-")) / "copy"
     cfg = ExtractConfig(model="minilm", task="sst2", query_strategy=args.strategy, budget=budgets[-1],

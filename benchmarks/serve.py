@@ -103,11 +103,11 @@ def main() -> None:
         uvicorn.run(naive_app(args.run), host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
         return
     from ptmlab.data.loaders import load_task
-    from ptmlab.serve.state import Store
+    from ptmlab.serve.state import open_store
 
     texts = load_task("sst2").splits["dev"].text
     home = tempfile.mkdtemp(prefix="ptmlab-bench-")
-    key = Store(home).create_key("bench", rate=1e6, burst=1e6, daily_budget=10**9)
+    key = open_store(str(home)).create_key("bench", rate=1e6, burst=1e6, daily_budget=10**9)
     env = {**os.environ, "PTMLAB_HOME": home}
     results = {}
     servers = {

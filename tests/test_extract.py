@@ -10,13 +10,13 @@ import pytest
 from ptmlab.core.errors import PtmlabError
 from ptmlab.data.loaders import Split
 from ptmlab.extraction.client import VictimClient
-from ptmlab.extraction.defences import flag_keys, verify_watermark
 from ptmlab.extraction.extract import ExtractConfig, run_extract
 from ptmlab.extraction.queries import make_queries, vocabulary
+from ptmlab.serve import flag_keys, verify_watermark
 from ptmlab.serve.app import create_app
 from ptmlab.serve.config import ServeConfig
 from ptmlab.serve.server import serve_in_thread
-from ptmlab.serve.state import Store
+from ptmlab.serve.state import open_store, text_hash
 from tests.conftest import assert_clean_error, run_cli
 from tests.test_serve_support import train_victim
 
@@ -60,8 +60,8 @@ def test_query_generators_follow_the_paper(tmp_path):
 
 
 def test_extraction_copies_the_victim_and_respects_rate_limits(victim, tmp_path):
-    store = Store(tmp_path / "home")
-    key = store.create_key("thief", rate=4, burst=3)
+    store = open_store(str(tmp_path / "home"))
+    key = store.create_key("thief", rate=60, burst=40)  # texts per second, texts at once
     with serve_in_thread(create_app(str(victim), ServeConfig(detector=False), store)) as url:
         client = VictimClient(url, key, chunk=32)
         s = run_extract(_cfg(victim, tmp_path / "copy", curve=["60"]), client)
@@ -80,7 +80,7 @@ def test_extraction_copies_the_victim_and_respects_rate_limits(victim, tmp_path)
 
 
 def test_label_only_policy_gives_hard_labels(victim, tmp_path):
-    store = Store(tmp_path / "home")
+    store = open_store(str(tmp_path / "home"))
     key = store.create_key("thief")
     with serve_in_thread(create_app(str(victim), ServeConfig(detector=False, output_policy="label"), store)) as url:
         s = run_extract(_cfg(victim, tmp_path / "copy", budget=200, epochs=2, victim_run=str(victim)),
@@ -90,7 +90,7 @@ def test_label_only_policy_gives_hard_labels(victim, tmp_path):
 
 
 def test_detector_flags_the_random_query_key(victim, tmp_path):
-    store = Store(tmp_path / "home")
+    store = open_store(str(tmp_path / "home"))
     thief, user = store.create_key("thief"), store.create_key("user")
     rng = random.Random(0)
     with open(victim.parent / "data" / "dev.csv") as f:
@@ -109,7 +109,7 @@ def test_watermark_is_recorded_and_verified(victim, tmp_path):
     from ptmlab.train.args import FinetuneConfig
     from ptmlab.train.finetune import run_finetune
 
-    store = Store(tmp_path / "home")
+    store = open_store(str(tmp_path / "home"))
     key = store.create_key("thief")
     train = Split(["a"], None, None)
     texts, _ = make_queries("random", 400, train, 0, pair=False)
@@ -118,9 +118,11 @@ def test_watermark_is_recorded_and_verified(victim, tmp_path):
         answers = VictimClient(url, key).query(texts)
     marks = [r for r in store.watermarks() if r.kind == "mark"]
     assert 20 <= len(marks) <= 70 and all(r.given_label != r.true_label for r in marks)
-    by_text = dict(zip(texts, answers.labels, strict=True))
-    assert all(by_text[r.text] == r.given_label for r in marks)  # the API really answered the wrong label
-    clean = verify_watermark(str(victim), store)
+    by_hash = {text_hash(t): label for t, label in zip(texts, answers.labels, strict=True)}
+    assert all(by_hash[r.query_hash] == r.given_label for r in marks)  # the API really answered the wrong label
+    raw = b"".join(p.read_bytes() for p in store.home.glob("state.db*"))
+    assert not any(t.encode() in raw for t in texts)  # only hashes of the queries are stored
+    clean = verify_watermark(str(victim), store, texts)
     assert not clean["watermarked"] and clean["mark_match_rate"] < 0.2
     # a model that memorised the API's answers on these queries (marks included) is caught
     names = answers.label_names
@@ -128,15 +130,44 @@ def test_watermark_is_recorded_and_verified(victim, tmp_path):
     with open(data, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["text", "label"])
-        w.writerows([r.text, names[r.given_label]] for r in store.watermarks())
+        records = {r.query_hash: r for r in store.watermarks()}
+        w.writerows([t, names[records[text_hash(t)].given_label]] for t in texts if text_hash(t) in records)
     run_finetune(FinetuneConfig(model="tiny", task="stolen", train_file=str(data), dev_file=str(data), epochs=40,
                                 batch_size=16, lr=3e-3, max_length=32, output=str(tmp_path / "stolen"), seed=0,
                                 logging_steps=100, eval_steps=10_000, test=False, precision="fp32"))
-    caught = verify_watermark(str(tmp_path / "stolen"), store)
+    caught = verify_watermark(str(tmp_path / "stolen"), store, texts)
     assert caught["watermarked"] and caught["p_value"] < 0.01 and caught["mark_match_rate"] > 0.5, caught
 
 
 def test_extract_cli_errors_are_one_line(tmp_path):
     assert_clean_error(run_cli("extract", "--task", "sst2", "--output", str(tmp_path / "o")), "--victim")
     assert_clean_error(run_cli("extract", "verify-watermark", str(tmp_path), env={"PTMLAB_HOME": str(tmp_path)}),
-                       "watermark")
+                       "--queries")
+    (tmp_path / "q.txt").write_text("one query\n")
+    assert_clean_error(run_cli("extract", "verify-watermark", str(tmp_path), "--queries", str(tmp_path / "q.txt"),
+                               env={"PTMLAB_HOME": str(tmp_path)}), "watermark")
+
+
+def test_study_reports_adaptive_attacks_and_false_alarms(victim, tmp_path):
+    import json
+
+    from ptmlab.studies import STUDIES
+
+    data = victim.parent / "data"
+    out = tmp_path / "study"
+    rc = STUDIES.get("extraction")(["--victim", str(victim), "--task", "synthetic", "--train-file",
+                                    str(data / "train.csv"), "--dev-file", str(data / "dev.csv"), "--model", "tiny",
+                                    "--budgets", "90", "--strategies", "random", "--epochs", "1", "--max-eval", "50",
+                                    "--max-length", "32", "--defences", "vote,padded,false-alarms",
+                                    "--false-alarm-texts", "60", "--output", str(out)])
+    assert rc == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    by = {(r["strategy"], r["defence"]): r for r in rows}
+    assert by[("random", "none")]["agreement"] is not None
+    vote = by[("vote x3 variants", "watermark 10%")]["cost_to_users"]
+    marked = int(vote.split("/")[1].split()[0])
+    assert marked > 0 and vote.startswith(f"{marked}/{marked} marks survive")  # the vote removes no mark
+    assert by[("padded", "detector (block)")]["cost_to_users"].startswith("blocked after")
+    legit = [r for r in rows if r["strategy"].startswith("legitimate")]
+    assert "legitimate tweets" in {r["strategy"] for r in legit}
+    assert all("key flagged: False" in r["cost_to_users"] for r in legit)  # no legitimate key is flagged

@@ -164,12 +164,12 @@ def test_prune_recovers_with_distillation(files, tmp_path, capsys):
 
 
 def test_share_bad_groups_fails_before_loading(files, tmp_path, monkeypatch, capsys):
-    import ptmlab.train.finetune as finetune
+    import ptmlab.train.lifecycle as lifecycle
 
     def boom(*a, **k):
         raise AssertionError("the model was loaded before --groups was checked")
 
-    monkeypatch.setattr(finetune, "build_model", boom)
+    monkeypatch.setattr(lifecycle, "build_task_model", boom)
     assert main(["share", "tiny", "--groups", "2", *_data(files), "--output", str(tmp_path / "s")]) == 2
     assert "--groups 2" in capsys.readouterr().err  # tiny has 2 layers: 1 group at most
     assert not (tmp_path / "s").exists()

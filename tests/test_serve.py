@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import csv
+import sqlite3
 
 import httpx
 import pytest
@@ -12,7 +13,7 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.serve.app import create_app
 from ptmlab.serve.config import ServeConfig
 from ptmlab.serve.server import serve_in_thread
-from ptmlab.serve.state import Store, hash_key
+from ptmlab.serve.state import hash_key, open_store
 from tests.conftest import assert_clean_error, run_cli
 from tests.test_serve_support import train_victim
 
@@ -24,7 +25,7 @@ def victim():
 
 @pytest.fixture
 def store(tmp_path):
-    s = Store(tmp_path / "home")
+    s = open_store(str(tmp_path / "home"))
     yield s
     s.close()
 
@@ -153,9 +154,11 @@ def test_audit_logs_hashes_and_lengths_never_texts_or_keys(victim, store):
     secret_text = "a very distinctive sentence about marmalade"
     with serve(victim, store, detector=True) as url:
         assert post(url, key, {"texts": [secret_text, "plot"]}).status_code == 200
-    rows = store.db.execute("SELECT text_hash, length, score FROM audit").fetchall()
+    with sqlite3.connect(store.path) as db:
+        rows = db.execute("SELECT text_hash, length, score FROM audit").fetchall()
     assert [r[1] for r in rows] == [len(secret_text), 4]
-    assert all(len(r[0]) == 64 and 0 <= r[2] <= 1 for r in rows)
+    assert len(rows[0][0]) == 64 and 0 <= rows[0][2] <= 1
+    assert rows[1][2] is None  # one word: too short for the detector to judge, so it is not scored
     raw = b"".join(p.read_bytes() for p in store.home.glob("state.db*"))
     assert secret_text.encode() not in raw
     assert key.encode() not in raw and hash_key(key).encode() in raw
@@ -181,7 +184,7 @@ def test_keys_cli_prints_the_key_once_and_stores_its_hash(tmp_path, victim, stor
     assert key.startswith("ptm_") and len(key) > 40
     listed = run_cli("keys", "list", env=env)
     assert "erin" in listed.stdout and key not in listed.stdout
-    store = Store(tmp_path / "h")
+    store = open_store(str(tmp_path / "h"))
     assert store.find_key(key).daily_budget == 7
     assert run_cli("keys", "revoke", "erin", env=env).returncode == 0
     assert store.find_key(key) is None

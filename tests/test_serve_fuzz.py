@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 
 from ptmlab.serve.app import create_app
 from ptmlab.serve.config import ServeConfig
-from ptmlab.serve.state import Store
+from ptmlab.serve.state import open_store
 from tests.test_serve_support import train_victim
 
 KEY: list[str] = []
@@ -16,7 +16,7 @@ KEY: list[str] = []
 
 @pytest.fixture(scope="module")
 def api_schema(tmp_path_factory):
-    store = Store(tmp_path_factory.mktemp("fuzz-home"))
+    store = open_store(str(tmp_path_factory.mktemp("fuzz-home")))
     KEY.append(store.create_key("fuzz", rate=10_000, burst=10_000))
     app = create_app(str(train_victim()), ServeConfig(detector=False, max_texts=16, max_chars=200), store)
     return schemathesis.openapi.from_asgi("/openapi.json", app)

@@ -8,7 +8,7 @@ import time
 
 import httpx
 
-from ptmlab.serve.state import Store
+from ptmlab.serve.state import open_store
 from tests.test_serve_support import free_port, start_server_process, train_victim
 
 CLIENTS = 16
@@ -43,7 +43,7 @@ def _run_clients(url, key, per_client: int | None, stop: threading.Event) -> lis
 def test_load_16_clients_zero_errors(tmp_path):
     victim = train_victim()
     home = tmp_path / "home"
-    key = Store(home).create_key("load", rate=10_000, burst=10_000)
+    key = open_store(str(home)).create_key("load", rate=10_000, burst=10_000)
     port = free_port()
     proc = start_server_process(victim, home, port, "--max-batch", "32", "--max-wait-ms", "5")
     try:
@@ -63,7 +63,7 @@ def test_load_16_clients_zero_errors(tmp_path):
     print(f"\nload: {ok} requests from {CLIENTS} clients in {wall:.1f}s = {ok / wall:.1f} req/s, "
           f"p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms")
     assert p50 <= p99
-    store = Store(home)
+    store = open_store(str(home))
     kid = store.resolve_key("load").id
     assert store.usage(kid)[kid] == {"queries": ok, "requests": ok, "audit_rows": ok}
 
@@ -71,7 +71,7 @@ def test_load_16_clients_zero_errors(tmp_path):
 def test_sigkill_during_load_loses_no_accounting_of_answered_requests(tmp_path):
     victim = train_victim()
     home = tmp_path / "home"
-    key = Store(home).create_key("kill", rate=10_000, burst=10_000)
+    key = open_store(str(home)).create_key("kill", rate=10_000, burst=10_000)
     port = free_port()
     proc = start_server_process(victim, home, port)
     stop = threading.Event()
@@ -86,7 +86,7 @@ def test_sigkill_during_load_loses_no_accounting_of_answered_requests(tmp_path):
     assert answered > 0
     proc = start_server_process(victim, home, port)  # restart on the same state
     try:
-        store = Store(home)
+        store = open_store(str(home))
         kid = store.resolve_key("kill").id
         before = store.usage(kid)[kid]
         # every answered request was charged and logged; at most the CLIENTS in flight were charged unanswered

@@ -20,16 +20,18 @@ class AnalysisInput:
     pad_id: int
 
 
-def load_analysis_input(model_name: str, cfg, attn_implementation: str | None = None) -> AnalysisInput:
-    """The model (eval mode) and the labelled ``cfg.split`` of ``cfg.task``, subset to ``cfg.max_eval``."""
+def load_analysis_input(model_name: str, cfg, attn_implementation: str | None = None,
+                        split: str | None = None) -> AnalysisInput:
+    """The model (eval mode) and the labelled ``split`` (default ``cfg.split``) of ``cfg.task``, subset to
+    ``cfg.max_eval`` with ``cfg.seed`` (42 when the config has none)."""
+    from ptmlab.data.taskdata import load_task_data
     from ptmlab.models.zoo import load_model, load_tokenizer
-    from ptmlab.train.finetune import load_task_data
 
-    cfg.max_train = 1
-    data = load_task_data(cfg)
-    split = data.split(cfg.split)
+    name = split or cfg.split
+    data = load_task_data(cfg, need_train=False)
+    split = data.split(name)
     if split.label is None:
-        raise PtmlabError(f"the '{cfg.split}' split of task '{data.spec.name}' has no labels: analyse 'dev'")
+        raise PtmlabError(f"the '{name}' split of task '{data.spec.name}' has no labels: analyse 'dev'")
     model = load_model(model_name, attn_implementation=attn_implementation).eval()
     if model.config.num_labels != data.spec.num_labels:
         raise PtmlabError(f"model '{model_name}' has {model.config.num_labels} outputs but task '{data.spec.name}' "

@@ -10,7 +10,7 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.train.args import DataArgs
 
 
-@dataclass
+@dataclass(frozen=True)
 class AnalyzeConfig(DataArgs):
     output: str | None = opt(None, "output directory for summary.json, tables and report.html")
     split: str = opt("dev", "split to analyse (needs labels)")
@@ -31,7 +31,7 @@ class AnalyzeConfig(DataArgs):
             raise PtmlabError(f"--examples must be >= 0, got {self.examples}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class AnomalyConfig:
     model: str = opt("minilm", "zoo name, model or run directory")
     blimp: str | None = opt(None, "BLiMP folder (or file) of jsonl minimal pairs")

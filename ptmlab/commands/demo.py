@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ptmlab.core.config import add_config_args, build_config, opt, resolve_config
 
 
-@dataclass
+@dataclass(frozen=True)
 class DemoConfig:
     output: str = opt("runs/demo", "run directory")
     model: str = opt("minilm", "model to fine-tune")
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"dev: {dev}")
     print(f"test: {test}")
     print(f"train: {summary['train_seconds']:.0f}s at {summary['train_examples_per_second']:.0f} examples/s")
-    from ptmlab.studies.common import print_table
+    from ptmlab.report.table import print_table
 
     print_table(ctx.variants)
     print(f"report: {run_dir / 'report.html'}")

@@ -9,7 +9,7 @@ from ptmlab.core.config import add_config_args, opt, resolve_config
 from ptmlab.train.args import DataArgs
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvaluateConfig(DataArgs):
     split: str = opt("dev", "split to evaluate: dev, test or train")
     eval_batch_size: int = opt(128, "batch size")
@@ -36,14 +36,13 @@ def run(args: argparse.Namespace) -> int:
     from ptmlab.core.io import atomic_write_json
     from ptmlab.core.seed import configure_threads
     from ptmlab.data.encode import encode_split
+    from ptmlab.data.taskdata import label_names, load_task_data
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.train.evaluate import evaluate, resolve_precision
-    from ptmlab.train.finetune import label_names, load_task_data
 
     configure_threads()
     cfg = resolve_config(EvaluateConfig, args, args.config)
-    cfg.max_train = 1
-    data = load_task_data(cfg)
+    data = load_task_data(cfg, need_train=False)
     split = data.split(cfg.split)
     if split.label is None:
         raise PtmlabError(f"the '{cfg.split}' split of task '{data.spec.name}' has no labels: evaluate 'dev'")

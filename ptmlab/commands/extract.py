@@ -4,6 +4,7 @@ suspect model for the server's watermark."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
 from ptmlab.core.config import add_config_args, resolve_config
@@ -24,6 +25,10 @@ def register(sub) -> None:
                    help="query generator: " + "; ".join(f"{n}: {QUERY_STRATEGIES.help(n)}" for n in QUERY_STRATEGIES))
     p.add_argument("--key-name", help="verify-watermark: only the records of this key (id or name)")
     p.add_argument("--alpha", type=float, default=0.01, help="verify-watermark: significance level (default 0.01)")
+    p.add_argument("--queries", help="verify-watermark: the queries the suspect learned from (an extraction run's "
+                                     "queries.json or a text file, one per line); the server stores only their hashes")
+    p.add_argument("--state", help="verify-watermark: the server's state (a directory or postgresql://...; default "
+                                   "$PTMLAB_STATE, else $PTMLAB_HOME)")
     add_config_args(p, ExtractConfig, exclude=("strategy", "query_strategy"))
     p.set_defaults(func=run)
 
@@ -38,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = resolve_config(ExtractConfig, args, args.config)
     if not cfg.key and os.environ.get("PTMLAB_VICTIM_KEY"):
-        cfg.key = os.environ["PTMLAB_VICTIM_KEY"]
+        cfg = dataclasses.replace(cfg, key=os.environ["PTMLAB_VICTIM_KEY"])
     s = run_extract(cfg)
     metric = s["main_metric"]
     print(f"{s['query_strategy']} x {s['budget']} queries ({'soft' if s['soft_labels'] else 'hard'} labels): "
@@ -51,16 +56,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def verify(args: argparse.Namespace) -> int:
-    from ptmlab.extraction.defences import verify_watermark
-    from ptmlab.serve.state import Store
+    from ptmlab.serve import open_store, verify_watermark
+    from ptmlab.serve.defences import read_queries
 
     if not args.suspect:
-        raise PtmlabError("verify-watermark needs a model: ptmlab extract verify-watermark MODEL_DIR")
+        raise PtmlabError("verify-watermark needs a model: ptmlab extract verify-watermark MODEL_DIR --queries FILE")
     if not 0 < args.alpha < 1:
         raise PtmlabError(f"--alpha must be in (0, 1), got {args.alpha}")
-    store = Store()
+    if not args.queries:
+        raise PtmlabError("verify-watermark needs --queries FILE (the suspect's training queries): the server keeps "
+                          "only hashes of the watermarked queries")
+    texts, pairs = read_queries(args.queries)
+    store = open_store(args.state)
     key_id = store.resolve_key(args.key_name).id if args.key_name else None
-    r = verify_watermark(args.suspect, store, key_id, args.alpha)
+    r = verify_watermark(args.suspect, store, texts, pairs, key_id, args.alpha)
     print(f"{r['mark_matches']}/{r['marks']} watermarked answers reproduced ({r['mark_match_rate']:.1%}); "
           f"chance rate from {r['controls']} controls {r['null_rate']:.1%}; p = {r['p_value']:.2e}")
     verdict = "WATERMARKED: the model learned from this API" if r["watermarked"] else "no evidence of the watermark"

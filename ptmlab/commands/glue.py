@@ -4,6 +4,7 @@ test-set predictions in the GLUE submission format."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ SUBMISSION_NAMES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "ST
                     "wnli": "WNLI"}
 
 
-@dataclass
+@dataclass(frozen=True)
 class GlueConfig:
     model: str = opt("minilm", "model to fine-tune")
     glue_dir: str | None = opt(None, "GLUE directory (default ../shared/data/glue when present)")
@@ -50,14 +51,15 @@ def run(args: argparse.Namespace) -> int:
     from ptmlab.core.io import atomic_write_json, atomic_write_text
     from ptmlab.data.loaders import default_glue_dir
     from ptmlab.data.metrics import glue_score
-    from ptmlab.studies.common import finetune_variant, print_table
+    from ptmlab.report.table import print_table
+    from ptmlab.studies.common import finetune_variant
 
     cfg = resolve_config(GlueConfig, args, args.config)
     glue_dir = Path(cfg.glue_dir) if cfg.glue_dir else default_glue_dir()
     if glue_dir is None or not glue_dir.is_dir():
         raise PtmlabError(f"GLUE directory '{cfg.glue_dir or '../shared/data/glue'}' does not exist: "
                           f"pass --glue-dir DIR")
-    cfg.glue_dir = str(glue_dir)
+    cfg = dataclasses.replace(cfg, glue_dir=str(glue_dir))
     out = Path(cfg.output or f"runs/glue-{Path(cfg.model).name}")
     available = [t for t in cfg.tasks if (glue_dir / TASKS.get(t).glue_dir / "train.tsv").is_file()]
     if not available:

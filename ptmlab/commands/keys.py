@@ -1,4 +1,5 @@
-"""``ptmlab keys create|list|revoke|flagged``: API keys, their limits and usage, in ``$PTMLAB_HOME/state.db``."""
+"""``ptmlab keys create|list|revoke|flagged``: API keys, their limits and usage, in the state store of
+``ptmlab serve`` (``--state DIR`` or ``--state postgresql://...``, else ``$PTMLAB_STATE``, else ``$PTMLAB_HOME``)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,19 @@ import argparse
 import datetime as dt
 
 
+def _state_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--state", default=None, help="state store: a directory (SQLite) or postgresql://USER@HOST:PORT/DB "
+                                                 "(default: $PTMLAB_STATE, else $PTMLAB_HOME)")
+
+
 def register(sub) -> None:
     p = sub.add_parser("keys", help="manage API keys of `ptmlab serve` (stored hashed)")
     ks = p.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
     c = ks.add_parser("create", help="create a key; the key is printed alone on the last line, once")
     c.add_argument("--name", required=True, help="who the key is for")
-    c.add_argument("--rate", type=float, default=20.0, help="token-bucket refill, requests per second (default 20)")
-    c.add_argument("--burst", type=float, default=40.0, help="token-bucket size, requests at once (default 40)")
+    c.add_argument("--rate", type=float, default=50.0, help="token-bucket refill, texts per second (default 50)")
+    c.add_argument("--burst", type=float, default=100.0,
+                   help="token-bucket size: texts at once, and the most texts in one request (default 100)")
     c.add_argument("--daily-budget", type=int, default=100_000, help="texts per UTC day (default 100000)")
     c.set_defaults(func=create)
     ls = ks.add_parser("list", help="keys with limits and usage")
@@ -25,23 +32,25 @@ def register(sub) -> None:
     f.add_argument("--last", type=int, default=1000, help="score the newest N queries of each key (default 1000)")
     f.add_argument("--min-queries", type=int, default=20, help="ignore keys with fewer scored queries")
     f.set_defaults(func=flagged)
+    for action in (c, ls, r, f):
+        _state_arg(action)
 
 
 def create(args: argparse.Namespace) -> int:
-    from ptmlab.serve.state import Store
+    from ptmlab.serve.state import check_limits, open_store
 
-    store = Store()
-    key = store.create_key(args.name, args.rate, args.burst, args.daily_budget)
-    print(f"created key '{args.name.strip()}' (rate {args.rate:g}/s, burst {args.burst:g}, daily budget "
-          f"{args.daily_budget}); it is shown only now, store it safely:")
+    check_limits(args.rate, args.burst, args.daily_budget)  # before touching the store
+    key = open_store(args.state).create_key(args.name, args.rate, args.burst, args.daily_budget)
+    print(f"created key '{args.name.strip()}' (rate {args.rate:g} texts/s, burst {args.burst:g} texts, daily budget "
+          f"{args.daily_budget} texts); it is shown only now, store it safely:")
     print(key)
     return 0
 
 
 def list_keys(args: argparse.Namespace) -> int:
-    from ptmlab.serve.state import Store
+    from ptmlab.serve.state import open_store
 
-    store = Store()
+    store = open_store(args.state)
     usage = store.usage()
     print(f"{'id':>4}  {'name':20} {'created (UTC)':17} {'status':8} {'rate/s':>7} {'burst':>6} {'budget/day':>10} "
           f"{'today':>8} {'queries':>9}")
@@ -55,9 +64,9 @@ def list_keys(args: argparse.Namespace) -> int:
 
 
 def revoke(args: argparse.Namespace) -> int:
-    from ptmlab.serve.state import Store
+    from ptmlab.serve.state import open_store
 
-    store = Store()
+    store = open_store(args.state)
     k = store.resolve_key(args.key)
     store.revoke(k.id)
     print(f"revoked key {k.id} ('{k.name}')")
@@ -65,10 +74,10 @@ def revoke(args: argparse.Namespace) -> int:
 
 
 def flagged(args: argparse.Namespace) -> int:
-    from ptmlab.extraction.defences import flag_keys
-    from ptmlab.serve.state import Store
+    from ptmlab.serve.defences import flag_keys
+    from ptmlab.serve.state import open_store
 
-    rows = flag_keys(Store(), args.threshold, args.last, args.min_queries)
+    rows = flag_keys(open_store(args.state), args.threshold, args.last, args.min_queries)
     print(f"{'id':>4}  {'name':20} {'scored':>7} {'mean score':>10}  flagged")
     for r in rows:
         print(f"{r['key_id']:>4}  {r['name'][:20]:20} {r['scored']:>7} {r['mean_score']:>10.3f}  "

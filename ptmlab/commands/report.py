@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
     from ptmlab.core.rundir import RunDir
     from ptmlab.report.compare import comparison_rows, write_comparison
     from ptmlab.report.run_report import write_run_report
-    from ptmlab.studies.common import print_table
+    from ptmlab.report.table import print_table
 
     runs = [RunDir.open(r) for r in args.runs]
     for r in runs:

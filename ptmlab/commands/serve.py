@@ -12,7 +12,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("serve", help="serve a model over HTTP with keys, quotas and output policies",
                        description="Serve RUN_DIR at POST /v1/predict (keys from `ptmlab keys create`); "
-                                   "GET /healthz, /metrics (Prometheus), /docs and /openapi.json.")
+                                   "GET /healthz, /metrics (Prometheus), /docs and /openapi.json. Several replicas "
+                                   "share keys, budgets and rate limits with --state postgresql://...")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a ptmlab run directory (fine-tuned, distilled, pruned, ...)")
     p.add_argument("--config", help="YAML file with options (flags override it)")
     add_config_args(p, ServeConfig)
@@ -24,13 +25,15 @@ def run(args: argparse.Namespace) -> int:
     from ptmlab.serve.app import create_app
     from ptmlab.serve.config import ServeConfig
     from ptmlab.serve.server import serve_forever
-    from ptmlab.serve.state import Store
+    from ptmlab.serve.state import open_store
 
     cfg = resolve_config(ServeConfig, args, args.config)
+    cfg.validate()
     configure_threads()
-    store = Store()
+    store = open_store(cfg.state or None, cfg.state_timeout)
     app = create_app(args.run_dir, cfg, store)
-    print(f"serving {args.run_dir} on http://{cfg.host}:{cfg.port} (policy {cfg.output_policy}; state "
-          f"{store.path})", flush=True)
+    info = app.state.info
+    print(f"serving {info.path} ({info.model_type}, labels {', '.join(info.labels)}) on http://{cfg.host}:{cfg.port} "
+          f"(policy {cfg.output_policy}; state {store.where})", flush=True)
     serve_forever(app, cfg.host, cfg.port)
     return 0

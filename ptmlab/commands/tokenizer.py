@@ -9,7 +9,7 @@ from ptmlab.core.config import add_config_args, opt, resolve_config
 from ptmlab.core.errors import PtmlabError
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainArgs:
     type: str = opt("bpe", "bpe, wordpiece, unigram, or all (one folder each under --output)")
     vocab_size: int = opt(8000, "vocabulary size, special tokens included")
@@ -19,7 +19,7 @@ class TrainArgs:
     min_frequency: int = opt(2, "least count of a pair to merge (bpe, wordpiece)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvalArgs:
     tokenizers: list[str] = opt([], cli=False)
     files: list[str] = opt([], cli=False)
@@ -28,7 +28,7 @@ class EvalArgs:
     output: str | None = opt(None, "directory for metrics.json and the bar charts (default: table only)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class SwapArgs:
     model: str = opt("", cli=False)
     tokenizer: str = opt("", "the new tokenizer: a directory, a tokenizer.json, or a zoo name")

@@ -41,8 +41,10 @@ def pruned_stage(ctx: DemoContext) -> list[dict]:
     from ptmlab.core.config import build_config
     from ptmlab.data.encode import encode_split
     from ptmlab.data.loaders import load_task, subset
+    from ptmlab.data.taskdata import load_task_data
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.train.args import FinetuneConfig
+    from ptmlab.train.lifecycle import RunSession
 
     d = ctx.config
     n = min(RECOVERY_EXAMPLES, d.max_train or RECOVERY_EXAMPLES)
@@ -51,11 +53,12 @@ def pruned_stage(ctx: DemoContext) -> list[dict]:
     imp = compute_importance("gate", model, encode_split(tok, imp_split, d.max_length), tok.pad_token_id or 0)
     cut = prune_by_target(model, imp, heads=0.4)
     print(f"  heads {cut['heads_before']} -> {cut['heads_after']}; recovery on {n} tweets")
-    cfg = build_config(FinetuneConfig, {"task": "tweets", "max_train": n, "max_eval": RECOVERY_DEV, "epochs": 1.0,
-                                        "max_length": d.max_length, "lr": d.lr, "seed": d.seed, "batch_size": 32},
-                       source="demo")
     out = ctx.run_dir / "pruned"
-    model, _ = recover(model, tok, cfg, out, 1.0, command="demo", test=False)  # scored below
+    cfg = build_config(FinetuneConfig, {"task": "tweets", "max_train": n, "max_eval": RECOVERY_DEV, "epochs": 1.0,
+                                        "max_length": d.max_length, "lr": d.lr, "seed": d.seed, "batch_size": 32,
+                                        "output": str(out), "overwrite": True}, source="demo")
+    run = RunSession(cfg, "demo").open()
+    model, _ = recover(model, tok, load_task_data(cfg), cfg, run, 1.0, test=False)  # scored below
     return [variant_row("pruned 40% heads + recovery", model, tok, _test_metrics(model, tok, ctx), _texts(), out,
                         baseline_b32=ctx.baseline_b32)]
 

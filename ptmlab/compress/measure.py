@@ -14,12 +14,12 @@ COLUMNS = ["variant", "dev", "params", "size_mb", "latency_b1_ms", "latency_b32_
 class Measurer:
     """Holds the dev split (encoded once per tokenizer) and latency texts of a task."""
 
-    def __init__(self, cfg, tokenizer):
-        from ptmlab.train.finetune import load_task_data
+    def __init__(self, cfg, tokenizer, latency_repeats: int | None = None):
+        from ptmlab.data.taskdata import load_task_data
 
-        cfg.max_train = cfg.max_train or 1
         self.cfg = cfg
-        self.data = load_task_data(cfg)
+        self.latency_repeats = latency_repeats or getattr(cfg, "latency_repeats", 5)
+        self.data = load_task_data(cfg, need_train=False)
         self.spec = self.data.spec
         self.texts = list(self.data.splits["dev"].text[:64])
         self._enc: dict[int, object] = {}
@@ -39,7 +39,7 @@ class Measurer:
         from ptmlab.models.latency import measure_latency, parameter_count
 
         tok = tokenizer or self.tokenizer
-        reps = getattr(self.cfg, "latency_repeats", 5)
+        reps = self.latency_repeats
         row = {"variant": name, "dev": self.dev(model, tok),
                "params": params if params is not None else parameter_count(model) or None, "size_mb": size_mb,
                "latency_b1_ms": round(measure_latency(model, tok, self.texts, 1, repeats=reps * 2,
@@ -98,7 +98,7 @@ def pareto_figure(rows: list[dict], front: list[dict] | None = None, title: str 
 def write_table_report(run: RunDir, title: str, rows: list[dict], baseline: dict, extra: dict | None = None) -> None:
     """summary.json (rows), report.html (table + accuracy-vs-latency plot with the Pareto front), table on stdout."""
     from ptmlab.report.html import Report
-    from ptmlab.studies.common import print_table
+    from ptmlab.report.table import print_table
 
     add_ratios(rows, baseline)
     front = pareto_front(rows)

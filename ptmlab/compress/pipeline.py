@@ -21,7 +21,7 @@ from ptmlab.train.args import DataArgs, ModelArgs, TrainArgs
 STEPS: Registry = Registry("compression step")
 
 
-@dataclass
+@dataclass(frozen=True)
 class CompressConfig(ModelArgs, DataArgs, TrainArgs):
     steps: list[str] = opt(["vocab", "heads=0.4", "ffn=0.3", "int8"], "steps in order: vocab, heads=F, ffn=F, "
                                                                          "layers=I+J, params=F, magnitude=F, "
@@ -93,11 +93,15 @@ SLICING_STEPS = ("heads", "ffn", "params", "layers", "magnitude")
 
 def _recover(st: State) -> None:
     from ptmlab.compress.prune import recover
+    from ptmlab.core.rundir import RunDir
 
     if st.cfg.recover_epochs > 0:
         n = len(list(st.work.glob("recover-*")))
-        st.model, _ = recover(st.model, st.tokenizer, st.cfg, st.work / f"recover-{n}", st.cfg.recover_epochs,
-                              command="compress", test=False)
+        run = RunDir(st.work / f"recover-{n}")
+        run.path.mkdir(parents=True)
+        st.model, summary = recover(st.model, st.tokenizer, st.data, st.cfg, run, st.cfg.recover_epochs, test=False,
+                                    final=False)
+        st.info["recovery_train_examples"] = summary["recovery_train_examples"]
 
 
 def _structural(st: State, **target) -> None:
@@ -216,9 +220,9 @@ def run_compress(cfg: CompressConfig) -> list[dict]:
     from ptmlab.compress.quantize import check_not_quantized
     from ptmlab.core.rundir import RunDir, check_output_dir
     from ptmlab.core.seed import configure_threads, set_seed
+    from ptmlab.data.taskdata import label_names, load_task_data
     from ptmlab.models.loader import save_model
     from ptmlab.models.zoo import load_model, load_tokenizer
-    from ptmlab.train.finetune import label_names, load_task_data
 
     configure_threads()
     check_not_quantized(cfg.model)

@@ -1,8 +1,9 @@
-"""Structured pruning by target, one shot or iterative, with recovery fine-tuning through ``run_finetune``.
+"""Structured pruning by target, one shot or iterative, with recovery fine-tuning in memory (``recover``).
 
 Each iteration scores heads and FFN neurons on a training subset, removes the least important ones (weight
 slicing, ``surgery.prune_structure``) and, with ``recover_epochs > 0``, fine-tunes the pruned model; the last
-iteration's fine-tuning run is the output run directory. With ``distill_alpha > 0`` recovery minimises
+iteration's fine-tuning run is the output run directory (earlier iterations log under
+OUT/recovery/step-K). With ``distill_alpha > 0`` recovery minimises
 ``ptmlab.distill``'s ``soft_ce`` against the unpruned model's logits (the Trainer's ``loss_fn``).
 """
 
@@ -10,19 +11,18 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ptmlab.compress.importance import IMPORTANCE, compute_importance
 from ptmlab.compress.surgery import ffn_per_layer, head_dim, heads_per_layer, mask_to_keep, prune_structure
 from ptmlab.compress.targets import check_fraction, ffn_mask, fraction_for_params, head_mask
-from ptmlab.core.config import build_config, config_to_dict, opt
+from ptmlab.core.config import build_config, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.train.args import DataArgs, FinetuneConfig, ModelArgs, TrainArgs
 
 
-@dataclass
+@dataclass(frozen=True)
 class PruneConfig(ModelArgs, DataArgs, TrainArgs):
     heads: float = opt(0.0, "fraction of attention heads to remove, in [0, 1)")
     ffn: float = opt(0.0, "fraction of FFN neurons to remove in every layer, in [0, 1)")
@@ -118,37 +118,55 @@ def distill_loss(teacher, alpha: float, temperature: float = 2.0, regression: bo
     return loss
 
 
-def recover(model, tokenizer, cfg, out: Path, epochs: float, command: str, test: bool | None = None,
-            loss_fn=None):
-    """Recovery fine-tuning of a modified model with the foundation's pipeline; returns (model, summary).
+def recovery_config(cfg, out: Path, epochs: float, test: bool | None = None) -> FinetuneConfig:
+    """The fine-tuning options of a recovery run: the command's own training options, ``epochs`` of them."""
+    values = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(FinetuneConfig) if hasattr(cfg, f.name)}
+    values.update(output=str(out), epochs=epochs, overwrite=True)
+    if test is not None:
+        values["test"] = test
+    return build_config(FinetuneConfig, values, source="recovery")
 
-    ``cfg`` supplies the task and training options (any config with the ``FinetuneConfig`` fields); ``test=False``
-    skips the test-split pass (intermediate and measured-elsewhere recoveries); ``loss_fn`` replaces the task loss.
-    """
-    from ptmlab.models.loader import save_model
-    from ptmlab.models.zoo import load_model
-    from ptmlab.train.finetune import run_finetune
 
-    with tempfile.TemporaryDirectory(prefix="ptmlab-recover-") as tmp:
-        save_model(model, tokenizer, tmp)
-        values = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(FinetuneConfig) if hasattr(cfg, f.name)}
-        values.update(model=tmp, output=str(out), epochs=epochs, overwrite=True)
-        if test is not None:
-            values["test"] = test
-        summary = run_finetune(build_config(FinetuneConfig, values, source=command), command=command,
-                               loss_fn=loss_fn)
-    return load_model(str(out)), summary
+def recover(model, tokenizer, data, cfg, run, epochs: float, test: bool | None = None, loss_fn=None,
+            final: bool = True):
+    """Recovery fine-tuning of a modified model in memory, with the one lifecycle; returns (model, summary).
+
+    ``data`` is the task data the command already loaded (never re-read); ``cfg`` supplies the training options;
+    ``run`` is the command's run directory (opened by the caller, so config.yaml records the command's options).
+    ``final``: write the whole run there (model, predictions, summary, report); else only the training log and
+    summary (an intermediate iteration). The summary has ``recovery_train_examples``."""
+    from ptmlab.train.lifecycle import RunSession, fine_tune, finish_run
+
+    rcfg = recovery_config(cfg, run.path, epochs, test)
+    fit = fine_tune(model, tokenizer, data, rcfg, run, loss_fn=loss_fn)
+    summary = {"task": data.spec.name, "model": cfg.model, "strategy": "recovery", **fit.train_summary(),
+               "recovery_train_examples": len(fit.enc["train"]), "recovery_epochs": epochs,
+               "main_metric": data.spec.main_metric}
+    if final:
+        finish_run(RunSession(cfg, "recover", run=run), fit, tokenizer, data, summary)
+    else:
+        run.write_summary(summary)
+        fit.trainer.cleanup()
+    return fit.model, summary
+
+
+def open_change_run(cfg, command: str):
+    """The run directory of a model-changing command, created once its inputs are checked."""
+    from ptmlab.train.lifecycle import RunSession
+
+    return RunSession(cfg, command).open()
 
 
 def load_for_change(cfg, command: str, allow_ghost: bool = False):
     """What every command that changes a model does first: check the input and output, seed, load the task data,
-    the tokenizer and the model (through ``finetune.build_model``); returns (data, tokenizer, model)."""
+    the tokenizer and the model (through ``lifecycle.build_task_model``); returns (data, tokenizer, model)."""
     from ptmlab.compress.ghost import check_no_ghost
     from ptmlab.compress.quantize import check_not_quantized
     from ptmlab.core.rundir import check_output_dir
     from ptmlab.core.seed import configure_threads, set_seed
+    from ptmlab.data.taskdata import load_task_data
     from ptmlab.models.zoo import load_tokenizer
-    from ptmlab.train.finetune import build_model, load_task_data
+    from ptmlab.train.lifecycle import build_task_model
 
     configure_threads()
     check_not_quantized(cfg.model)
@@ -156,7 +174,7 @@ def load_for_change(cfg, command: str, allow_ghost: bool = False):
     set_seed(cfg.seed)
     data = load_task_data(cfg)
     tokenizer = load_tokenizer(cfg.model)
-    model = build_model(cfg, data)
+    model = build_task_model(cfg, data)
     if not allow_ghost:
         check_no_ghost(model, command)
     return data, tokenizer, model
@@ -172,6 +190,7 @@ def run_prune(cfg: PruneConfig) -> dict:
     from ptmlab.train.evaluate import evaluate
 
     data, tokenizer, model = load_for_change(cfg, "prune")
+    run = open_change_run(cfg, "prune")
     spec = data.spec
     teacher = copy.deepcopy(model).eval() if cfg.distill_alpha > 0 else None
     # one loss for every iteration: the unpruned teacher's logits are computed once per example and kept
@@ -186,7 +205,7 @@ def run_prune(cfg: PruneConfig) -> dict:
     dev_before, _ = evaluate(model, dev_enc, spec, pad_id, cfg.eval_batch_size)
     steps: list[dict] = []
     summary: dict = {}
-    with tempfile.TemporaryDirectory(prefix="ptmlab-prune-") as tmp:
+    if True:
         for step in range(1, cfg.iterations + 1):
             imp = compute_importance(cfg.importance, model, imp_enc, pad_id, use_labels=cfg.use_labels)
             heads_gone = 1 - sum(heads_per_layer(model)) / heads_orig
@@ -203,17 +222,18 @@ def run_prune(cfg: PruneConfig) -> dict:
                    **{f"dev_pruned_{k}": v for k, v in pruned_metrics.items()}}
             if cfg.recover_epochs > 0:
                 last = step == cfg.iterations
-                out = Path(cfg.output) if last else Path(tmp) / f"recovered-{step}"
-                model, summary = recover(model, tokenizer, cfg, out, cfg.recover_epochs, command="prune",
-                                         test=None if last else False, loss_fn=loss_fn)
+                if last:
+                    rec_run = run
+                else:
+                    rec_run = RunDir(run.path / "recovery" / f"step-{step}")
+                    rec_run.path.mkdir(parents=True, exist_ok=True)
+                model, summary = recover(model, tokenizer, data, cfg, rec_run, cfg.recover_epochs,
+                                         test=None if last else False, loss_fn=loss_fn, final=last)
                 row.update({f"dev_recovered_{k}": v for k, v in summary["metrics"].items()})
             steps.append(row)
         if cfg.recover_epochs == 0:
-            run = RunDir.create(cfg.output, cfg.overwrite)
-            run.write_config(config_to_dict(cfg), "prune")
             save_model(model, tokenizer, run.path)
             summary = {"task": spec.name, "model": cfg.model, "metrics": pruned_metrics}
-    run = RunDir(cfg.output)
     summary.update({
         "pruned_from": cfg.model, "importance": cfg.importance, "dev_unpruned": dev_before,
         "params_before": params_before, "params": parameter_count(model), "heads_before": heads_orig,

@@ -171,7 +171,7 @@ class OrtModel(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------------- command
-@dataclass
+@dataclass(frozen=True)
 class QuantizeConfig(DataArgs):
     model: str = opt("", "run directory or model to quantize")
     output: str | None = opt(None, "run directory for the ONNX int8 model, table and report")

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-from ptmlab.core.config import config_to_dict, opt
+from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.train.args import DataArgs, ModelArgs, TrainArgs
 
 
-@dataclass
+@dataclass(frozen=True)
 class _ChangeArgs(ModelArgs, DataArgs, TrainArgs):
     recover_epochs: float = opt(1.0, "recovery fine-tuning epochs after the change (0: none)")
 
@@ -29,7 +28,7 @@ class _ChangeArgs(ModelArgs, DataArgs, TrainArgs):
             self.validate_train()
 
 
-@dataclass
+@dataclass(frozen=True)
 class LowRankConfig(_ChangeArgs):
     rank_ratio: float | None = opt(None, "rank of each factorised layer as a fraction of its full rank, in (0, 1]")
     energy: float | None = opt(None, "or: keep the fewest singular values holding this share of sum(s^2)")
@@ -47,7 +46,7 @@ class LowRankConfig(_ChangeArgs):
         choose_rank(torch.eye(2), self.rank_ratio, self.energy)  # range checks
 
 
-@dataclass
+@dataclass(frozen=True)
 class ShareConfig(_ChangeArgs):
     groups: int = opt(3, "number of groups of consecutive layers; each group shares one layer's weights")
     init: str = opt("mean", "shared weights start as the group's mean or its first layer", choices=["mean", "first"])
@@ -79,7 +78,7 @@ def _check_groups(model: str, groups: int) -> None:
         even_groups(n - removed, groups)
 
 
-@dataclass
+@dataclass(frozen=True)
 class MagnitudeConfig(_ChangeArgs):
     sparsity: float = opt(0.5, "fraction of encoder Linear weights set to zero, in [0, 1)")
     scope: str = opt("global", "rank weights over all layers (global) or within each layer (layer)",
@@ -92,7 +91,7 @@ class MagnitudeConfig(_ChangeArgs):
         check_fraction("sparsity", self.sparsity)
 
 
-@dataclass
+@dataclass(frozen=True)
 class GhostConfig(_ChangeArgs):
     ghost_kernel: int = opt(3, "kernel size of the depthwise convolution along the sequence (odd)")
     ghost_parts: list[str] = opt(["attn", "ffn"], "where ghost features are added: attn, ffn")
@@ -139,14 +138,14 @@ def ghost_change(model, cfg: GhostConfig) -> dict:
 def run_change(cfg, change: Callable[[object, object], dict], command: str) -> dict:
     """Load ``cfg.model``, apply ``change``, recover, save into ``cfg.output``; returns the summary."""
     from ptmlab.compress.magnitude import apply_masks, zero_masks
-    from ptmlab.compress.prune import load_for_change, recover
-    from ptmlab.core.rundir import RunDir
+    from ptmlab.compress.prune import load_for_change, open_change_run, recover
     from ptmlab.data.encode import encode_split
     from ptmlab.models.latency import parameter_count
     from ptmlab.models.loader import save_model
     from ptmlab.train.evaluate import evaluate
 
     data, tokenizer, model = load_for_change(cfg, command, allow_ghost=command == "ghost")
+    run = open_change_run(cfg, command)
     spec = data.spec
     pad = tokenizer.pad_token_id or 0
     dev_enc = encode_split(tokenizer, data.splits["dev"], cfg.max_length)
@@ -161,19 +160,17 @@ def run_change(cfg, change: Callable[[object, object], dict], command: str) -> d
         summary["ghost_params"] = info["ghost_params"]
     if cfg.recover_epochs > 0:
         masks = zero_masks(model) if command == "magnitude" else None
-        model, fin = recover(model, tokenizer, cfg, Path(cfg.output), cfg.recover_epochs, command=command)
+        model, fin = recover(model, tokenizer, data, cfg, run, cfg.recover_epochs)
         if masks is not None:  # fine-tuning moves pruned weights off zero: prune them again, then measure
             apply_masks(model, masks)
             save_model(model, tokenizer, cfg.output)
         summary.update({k: v for k, v in fin.items() if k != "metrics"})
         summary["metrics"] = dev(model)
     else:
-        run = RunDir.create(cfg.output, cfg.overwrite)
-        run.write_config(config_to_dict(cfg), command)
         save_model(model, tokenizer, run.path)
         summary["metrics"] = summary["dev_changed"]
     summary.update({"task": spec.name, "model": cfg.model, "main_metric": spec.main_metric})
-    RunDir(cfg.output).write_summary(summary)
+    run.write_summary(summary)
     return summary
 
 

@@ -235,6 +235,17 @@ def load_tweets(spec: TaskSpec) -> TaskData:
     return TaskData(spec, splits)
 
 
+def load_longdocs(spec: TaskSpec) -> TaskData:
+    """Long Gutenberg passages labelled by book (ptmlab/data/longdocs.py); train and dev from different parts."""
+    from ptmlab.data.longdocs import BOOKS, longdocs_passages
+
+    assert tuple(spec.labels) == BOOKS
+    splits = {}
+    for name, rows in longdocs_passages().items():
+        splits[name] = Split([t for t, _ in rows], None, [y for _, y in rows], list(range(len(rows))))
+    return TaskData(spec, splits)
+
+
 # ------------------------------------------------------------------------------------------------ local files
 def load_files(name: str, files: dict[str, str | None], text_col: str, pair_col: str | None, label_col: str,
                label_kind: str = "classification") -> TaskData:
@@ -305,6 +316,8 @@ def load_task(task: str, glue_dir: str | None = None, train_file: str | None = N
     spec = TASKS.get(task)
     if spec.name == "tweets":
         return load_tweets(spec)
+    if spec.name == "longdocs":
+        return load_longdocs(spec)
     return load_glue(spec, glue_dir)
 
 

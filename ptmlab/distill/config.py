@@ -9,7 +9,7 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.train.args import DataArgs, TrainArgs
 
 
-@dataclass
+@dataclass(frozen=True)
 class DistillArgs:
     teacher: str | None = opt(None, "teacher: a fine-tuned run directory or a model with a task head")
     student: str = opt("layers:3", "student: layers:K, layers:0,2,4, shrink:layers=4,hidden=312,heads=12,ffn=1200"
@@ -35,7 +35,7 @@ class DistillArgs:
     general_epochs: float = opt(1.0, "epochs of general distillation")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DistillConfig(DistillArgs, DataArgs, TrainArgs):
     def validate(self) -> None:
         self.validate_data()

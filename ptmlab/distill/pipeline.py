@@ -1,5 +1,6 @@
-"""``run_distill``: teacher + student + matches -> cached teacher outputs -> the one Trainer -> a normal run
-directory (model, summary.json with ``metrics`` and ``agreement_with_teacher``, predictions, report.html).
+"""``run_distill``: teacher + student + matches -> cached teacher outputs -> a list of ``Stage``s, each trained
+by the one lifecycle's ``fine_tune`` -> a normal run directory (model, summary.json with ``metrics`` and
+``agreement_with_teacher``, predictions, report.html).
 
 Stages (TinyBERT): optional general distillation on raw text (layer losses), optional task-stage epochs on the
 layer losses alone, then the final stage: the prediction-layer losses when an intermediate stage ran, else every
@@ -9,15 +10,13 @@ match at once.
 from __future__ import annotations
 
 import dataclasses
-import os
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 
-from ptmlab.core.config import config_to_dict
 from ptmlab.core.errors import PtmlabError
-from ptmlab.core.rundir import RunDir, check_output_dir
-from ptmlab.core.seed import configure_threads, set_seed
+from ptmlab.core.rundir import RunDir
+from ptmlab.core.seed import set_seed
 from ptmlab.distill.config import DistillConfig
 from ptmlab.distill.matches import Match, ModelInfo, check_matches, default_matches, parse_losses, parse_matches
 
@@ -45,10 +44,34 @@ def build_matches(cfg: DistillConfig, student: ModelInfo, teacher: ModelInfo) ->
     return matches
 
 
-def _stage_trainer(student, objective, enc, cfg, run, pad_id, **kw):
-    from ptmlab.train.loop import Trainer
+@dataclass
+class Stage:
+    """One distillation stage: matches trained on ``enc`` against cached teacher outputs for ``epochs``.
 
-    return Trainer(student, enc, cfg, run, pad_id, loss_fn=objective, loss_module=objective, **kw)
+    The final stage is the run itself (evaluated, kept, resumable); earlier stages (TinyBERT's general and
+    intermediate layer-loss stages) log under RUN/stages/NAME and are not repeated on --resume."""
+
+    name: str
+    matches: list[Match]
+    enc: object
+    teacher_out: object
+    epochs: float
+    final: bool = False
+
+
+def plan_stages(cfg: DistillConfig, matches: list[Match], train_enc, t_out, general) -> list[Stage]:
+    """general (raw text, layer losses) -> intermediate (task data, layer losses) -> final (what remains)."""
+    layer_matches = [m for m in matches if m.feature != "logits"]
+    pred_matches = [m for m in matches if m.feature == "logits"]
+    stages = []
+    if general is not None:
+        g_enc, g_out = general
+        stages.append(Stage("general", layer_matches, g_enc, g_out, cfg.general_epochs))
+    if cfg.intermediate_epochs:
+        stages.append(Stage("intermediate", layer_matches, train_enc, t_out, cfg.intermediate_epochs))
+    stages.append(Stage("final", pred_matches if cfg.intermediate_epochs else matches, train_enc, t_out, cfg.epochs,
+                        final=True))
+    return stages
 
 
 def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = False) -> dict:
@@ -57,28 +80,20 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
     ``resume``: continue a killed run from its checkpoint. Only the final (prediction-layer) stage checkpoints;
     the general and intermediate stages, which ran before it, are not repeated."""
     from ptmlab.data.encode import encode_split
+    from ptmlab.data.metrics import compute_metrics
+    from ptmlab.data.taskdata import label_names, load_task_data
     from ptmlab.distill.cache import teacher_outputs
     from ptmlab.distill.objective import DistillObjective
+    from ptmlab.distill.report import write_distill_report
     from ptmlab.distill.students import build_student
     from ptmlab.distill.teacher import fingerprint, load_teacher
-    from ptmlab.models.loader import save_model
     from ptmlab.models.zoo import load_tokenizer
-    from ptmlab.train.evaluate import evaluate, logits_to_predictions, resolve_precision
-    from ptmlab.train.finetune import label_names, load_task_data, write_predictions
+    from ptmlab.train.evaluate import logits_to_predictions
+    from ptmlab.train.lifecycle import fine_tune, finish_run, prepare_run
 
-    configure_threads()
-    main_process = int(os.environ.get("RANK", "0")) == 0
     if not cfg.teacher:
         raise PtmlabError("no teacher: pass --teacher RUN_DIR (a fine-tuned run) or a model with a task head")
-    if not cfg.output:
-        raise PtmlabError("no output directory: pass --output RUN_DIR")
-    if resume:
-        from ptmlab.train.checkpoint import find_checkpoint
-
-        find_checkpoint(Path(cfg.output))  # no checkpoint: a clean error before any work
-    elif main_process:
-        check_output_dir(Path(cfg.output), cfg.overwrite)
-    set_seed(cfg.seed)
+    session = prepare_run(cfg, command, resume=resume)
     data = load_task_data(cfg)
     spec, labels, regression = data.spec, label_names(data), data.spec.kind == "regression"
     teacher = load_teacher(cfg.teacher, spec, labels)
@@ -100,7 +115,7 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
         raise PtmlabError("--general-text needs layer losses (hidden_mse, attention_kl, ...): general "
                           "distillation has no labels to match logits on")
 
-    pad_s, pad_t = s_tok.pad_token_id or 0, t_tok.pad_token_id or 0
+    pad_t = t_tok.pad_token_id or 0
     enc = {name: encode_split(s_tok, split, cfg.max_length) for name, split in data.splits.items()}
     train_enc = enc["train"]
     if cfg.augment:
@@ -116,117 +131,72 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
         raise PtmlabError(f"layer losses compare token by token, but student '{cfg.student}' tokenizes differently "
                           f"from the teacher: use --losses soft_ce or a student on the teacher's tokenizer")
 
-    if resume or not main_process:
-        run = RunDir.open(cfg.output) if main_process else RunDir(cfg.output)
-    else:
-        run = RunDir.create(cfg.output, cfg.overwrite)
-        run.write_config(config_to_dict(cfg), command)
+    run = session.open()
     fp = fingerprint(teacher)
     needs = {m.key for m in layer_matches}
-    t_out = teacher_outputs(teacher, fp, t_train, pad_t, needs, relation_heads, cfg.teacher_batch_size,
-                            cfg.teacher_cache, "teacher outputs (train)")
-    t_dev_out = teacher_outputs(teacher, fp, t_dev, pad_t, set(), None, cfg.teacher_batch_size, cfg.teacher_cache,
-                                "teacher outputs (dev)")
-    teacher_dev_preds = logits_to_predictions(t_dev_out.logits(len(t_dev)).numpy(), spec)
-    from ptmlab.data.metrics import compute_metrics
 
+    def outputs(e, need, what):
+        return teacher_outputs(teacher, fp, e, pad_t, need, relation_heads, cfg.teacher_batch_size,
+                               cfg.teacher_cache, f"teacher outputs ({what})")
+
+    t_out = outputs(t_train, needs, "train")
+    teacher_dev_preds = logits_to_predictions(outputs(t_dev, set(), "dev").logits(len(t_dev)).numpy(), spec)
     teacher_metrics = compute_metrics(spec.metrics, teacher_dev_preds, enc["dev"].labels)
-
-    kw = dict(temperature=cfg.temperature, alpha=cfg.alpha, regression=regression, relation_heads=relation_heads)
-    stage_log = []
-    sub_cfg = dataclasses.replace(cfg, keep_best=False, max_steps=0, early_stopping=0, save_steps=10**9)
+    general = None
     if cfg.general_text and not resume:
         from ptmlab.distill.text import text_examples
 
         g_enc = text_examples(cfg.general_text, t_tok, cfg.max_length, cfg.general_examples, cfg.seed)
-        g_out = teacher_outputs(teacher, fp, g_enc, pad_t, needs, relation_heads, cfg.teacher_batch_size,
-                                cfg.teacher_cache, "teacher outputs (general text)")
-        obj = DistillObjective(student, layer_matches, g_out, s_info, t_info, **kw)
-        st = _run_stage(student, obj, g_enc, dataclasses.replace(sub_cfg, epochs=cfg.general_epochs),
-                        run, "general", pad_s, main_process)
-        stage_log.append({"stage": "general", "examples": len(g_enc), "steps": st.step, "losses": obj.last_parts})
-    final_matches = matches
-    if cfg.intermediate_epochs:
-        final_matches = pred_matches
-    if cfg.intermediate_epochs and not resume:
-        obj = DistillObjective(student, layer_matches, t_out, s_info, t_info, **kw)
-        st = _run_stage(student, obj, train_enc, dataclasses.replace(sub_cfg, epochs=cfg.intermediate_epochs),
-                        run, "intermediate", pad_s, main_process)
-        stage_log.append({"stage": "intermediate", "examples": len(train_enc), "steps": st.step,
-                          "losses": obj.last_parts})
+        general = (g_enc, outputs(g_enc, needs, "general text"))
 
-    precision = resolve_precision(cfg.precision)
-    evals: dict[int, tuple] = {}
-
-    def evaluate_fn(m):
-        metrics, preds = evaluate(m, enc["dev"], spec, pad_s, cfg.eval_batch_size, precision)
-        metrics["agreement_with_teacher"] = agreement(preds, teacher_dev_preds, regression)
-        evals[trainer.state.step] = (metrics, preds)
-        return metrics
-
-    objective = DistillObjective(student, final_matches, t_out, s_info, t_info, **kw)
-    trainer = _stage_trainer(student, objective, train_enc, cfg, run, pad_s, evaluate_fn=evaluate_fn,
-                             main_metric=spec.main_metric, regression=regression)
+    kw = dict(temperature=cfg.temperature, alpha=cfg.alpha, regression=regression, relation_heads=relation_heads)
+    stage_cfg = dataclasses.replace(cfg, keep_best=False, max_steps=0, early_stopping=0, save_steps=10**9)
+    stage_log = []
+    for stage in plan_stages(cfg, matches, train_enc, t_out, general):
+        if not stage.final and resume:
+            continue  # ran before the kill
+        objective = DistillObjective(student, stage.matches, stage.teacher_out, s_info, t_info, **kw)
+        if stage.final:
+            fit = fine_tune(student, s_tok, data, cfg, run, enc={**enc, "train": stage.enc}, loss_fn=objective,
+                            loss_module=objective, resume=resume, on_model=lambda _m, o=objective: o.detach(),
+                            extra_metrics=lambda preds: {"agreement_with_teacher": agreement(
+                                preds, teacher_dev_preds, regression)})
+            break
+        stage_run = RunDir(run.path / "stages" / stage.name)
+        if session.main:
+            stage_run.path.mkdir(parents=True, exist_ok=True)
+            stage_run.file("metrics.jsonl").unlink(missing_ok=True)
+        st = fine_tune(student, s_tok, data, dataclasses.replace(stage_cfg, epochs=stage.epochs), stage_run,
+                       enc={"train": stage.enc, "dev": enc["dev"]}, loss_fn=objective, loss_module=objective,
+                       on_model=lambda _m, o=objective: o.detach(), test=False)
+        st.trainer.cleanup()
+        student = st.model
+        stage_log.append({"stage": stage.name, "examples": len(stage.enc), "steps": st.state.step,
+                          "losses": objective.last_parts})
     if resume:
-        trainer.resume()
         stage_log = [{"stage": d.name, "ran_before_resume": True} for d in sorted((run.path / "stages").glob("*"))]
-    state = trainer.train()
-    objective.detach()
-    student = trainer.final_model()
-    final_step = state.best_step if cfg.keep_best and state.best_step is not None else state.step
-    dev_metrics, dev_preds = evals[final_step] if final_step in evals else evaluate_fn(student)
-    dev_metrics = dict(dev_metrics)
+    student = fit.model
+    dev_metrics = dict(fit.dev_metrics)
     agree = dev_metrics.pop("agreement_with_teacher")
-    test_metrics, test_preds = {}, None
-    if cfg.test and "test" in enc and enc["test"].labels is not None:
-        test_metrics, test_preds = evaluate(student, enc["test"], spec, pad_s, cfg.eval_batch_size, precision)
+    fit.dev_metrics = dev_metrics
     main = spec.main_metric
     t_main, s_main = teacher_metrics.get(main), dev_metrics.get(main)
+    train = fit.train_summary()
     summary = {
         "task": spec.name, "model": cfg.student, "strategy": "distill", "teacher": cfg.teacher,
         "losses": cfg.losses if not cfg.matches else "matches", "layer_map": cfg.layer_map,
         "matches": [dataclasses.asdict(m) for m in matches],
-        "metrics": dev_metrics, "test_metrics": test_metrics, "teacher_metrics": teacher_metrics,
+        **train, "teacher_metrics": teacher_metrics,
         "agreement_with_teacher": round(float(agree), 4),
         "retained_pct": round(100 * s_main / t_main, 2) if t_main else None,
-        "train_seconds": round(state.train_seconds, 3), "train_examples": len(train_enc),
-        "eval_examples": len(enc["dev"]), "steps": state.step,
-        "epochs": round(state.step / trainer.steps_per_epoch, 4),
-        "train_examples_per_second": round(state.step * cfg.batch_size / max(state.train_seconds, 1e-9), 2),
-        "best_step": state.best_step, "stopped_early": state.stopped_early,
+        "train_examples_per_second": round(fit.state.step * cfg.batch_size / max(fit.state.train_seconds, 1e-9), 2),
         "trainable_params": sum(p.numel() for p in student.parameters() if p.requires_grad),
-        "params": sum(p.numel() for p in student.parameters()),
         "teacher_params": sum(p.numel() for p in teacher.parameters()),
         "layers": s_info.layers, "teacher_layers": t_info.layers,
         "teacher_cache": "hit" if t_out.hit else "computed", "teacher_batches_run": t_out.batches_run,
-        "final_losses": objective.last_parts, "stages": stage_log,
-        "precision": precision, "world_size": trainer.world, "labels": labels, "main_metric": main,
+        "final_losses": objective.last_parts, "stages": stage_log, "labels": labels, "main_metric": main,
     }
-    if trainer.accelerator.is_main_process:
-        save_model(student, s_tok, run.path)
-        write_predictions(run, "dev", data.splits["dev"], dev_preds, spec, labels)
-        if test_preds is not None:
-            write_predictions(run, "test", data.splits["test"], test_preds, spec, labels)
-        run.write_summary(summary)
-        from ptmlab.distill.report import write_distill_report
-
-        write_distill_report(run)
-        trainer.cleanup()
-    trainer.accelerator.wait_for_everyone()
-    return summary
-
-
-def _run_stage(student, objective, enc, cfg, run: RunDir, name: str, pad_id: int, main_process: bool):
-    """A layer-loss stage (no evaluation) logged in RUN/stages/NAME/metrics.jsonl."""
-    stage_dir = run.path / "stages" / name
-    if main_process:
-        stage_dir.mkdir(parents=True, exist_ok=True)
-        (stage_dir / "metrics.jsonl").unlink(missing_ok=True)
-    trainer = _stage_trainer(student, objective, enc, cfg, RunDir(stage_dir), pad_id)
-    state = trainer.train()
-    objective.detach()
-    trainer.cleanup()
-    return state
+    return finish_run(session, fit, s_tok, data, summary, report=write_distill_report)
 
 
 def agreement(student_preds: np.ndarray, teacher_preds: np.ndarray, regression: bool) -> float:

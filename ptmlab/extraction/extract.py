@@ -17,7 +17,7 @@ from ptmlab.extraction.client import Answers, VictimClient
 from ptmlab.train.args import DataArgs, ModelArgs, TrainArgs
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExtractConfig(ModelArgs, DataArgs, TrainArgs):
     victim: str = opt("", "URL of the victim API, e.g. http://127.0.0.1:8000")
     key: str = opt("", "API key for the victim (or set PTMLAB_VICTIM_KEY)")
@@ -124,19 +124,21 @@ def _point(budget: int, res: dict, spec) -> dict:
 
 def victim_dev_labels(cfg: ExtractConfig, client: VictimClient, dev, victim_names: list[str]) -> tuple[list[int], int]:
     """The victim's labels on the dev set: from its run directory when given (no queries), else from the API."""
-    if cfg.victim_run:
-        from ptmlab.serve.predictor import Predictor
+    if cfg.victim_run:  # loaded through the zoo like any model: extraction needs nothing of serve's internals
+        from ptmlab.data.encode import encode_split
+        from ptmlab.models.zoo import load_model, load_tokenizer
+        from ptmlab.train.evaluate import predict_logits, resolve_precision
 
-        pred = Predictor(cfg.victim_run, cfg.max_length)
-        if pred.info.labels != victim_names:
-            raise PtmlabError(f"--victim-run labels {pred.info.labels} differ from the API's {victim_names}: pass "
-                              f"the served run directory")
-        labels = []
-        for s in range(0, len(dev), cfg.eval_batch_size):
-            probs = pred.predict(dev.text[s:s + cfg.eval_batch_size],
-                                 dev.text_pair[s:s + cfg.eval_batch_size] if dev.text_pair is not None else None)
-            labels.extend(max(range(len(p)), key=p.__getitem__) for p in probs)
-        return labels, 0
+        model, tokenizer = load_model(cfg.victim_run), load_tokenizer(cfg.victim_run)
+        model.eval()
+        names = [str(model.config.id2label[i]) for i in range(len(model.config.id2label))]
+        if names != victim_names:
+            raise PtmlabError(f"--victim-run labels {names} differ from the API's {victim_names}: pass the served "
+                              f"run directory")
+        enc = encode_split(tokenizer, dev, cfg.max_length)
+        logits = predict_logits(model, enc, tokenizer.pad_token_id or 0, cfg.eval_batch_size,
+                                resolve_precision("fp32"))
+        return [int(x) for x in logits.argmax(-1)], 0
     answers = client.query(dev.text, dev.text_pair, desc="label dev")
     return answers.labels, len(dev)
 

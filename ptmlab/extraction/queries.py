@@ -2,7 +2,8 @@
 
 Each strategy returns ``n`` queries as (texts, pairs-or-None). Lengths follow the task's training texts, so
 random queries look like task inputs in length. For pair tasks the second text is the first with a few words
-replaced, as in the paper.
+replaced, as in the paper. ``padded`` is the cheap adaptive attack on query detectors. The word lists live in
+``ptmlab.data.wordlists``, shared with the server's detector, so neither capability imports the other.
 """
 
 from __future__ import annotations
@@ -10,30 +11,16 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable
-from functools import lru_cache
 from pathlib import Path
 
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.registry import Registry
 from ptmlab.data.loaders import Split
+from ptmlab.data.wordlists import pad_with_function_words, random_words, vocabulary
 
 Queries = tuple[list[str], list[str] | None]
 QUERY_STRATEGIES: Registry[Callable[..., Queries]] = Registry("query strategy")
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "text" / "wikitext-2"
-
-
-@lru_cache(maxsize=1)
-def vocabulary() -> tuple[str, ...]:
-    """The 10,000 most frequent English words (wordfreq)."""
-    from wordfreq import top_n_list
-
-    return tuple(w for w in top_n_list("en", 10_000) if w.strip())
-
-
-def random_words(n: int, lengths: list[int], rng: random.Random) -> list[str]:
-    """``n`` sequences of uniformly drawn top-10k words, lengths drawn from ``lengths``."""
-    vocab = vocabulary()
-    return [" ".join(rng.choices(vocab, k=max(1, rng.choice(lengths)))) for _ in range(n)]
 
 
 def _perturb(text: str, rng: random.Random, k: int = 3) -> str:
@@ -52,6 +39,13 @@ def _lengths(split: Split) -> list[int]:
 @QUERY_STRATEGIES.register("random", help="uniformly sampled words from the wordfreq English top-10k list")
 def random_queries(n: int, train: Split, rng: random.Random, pair: bool, corpus: str | None = None) -> Queries:
     texts = random_words(n, _lengths(train), rng)
+    return texts, [_perturb(t, rng) for t in texts] if pair else None
+
+
+@QUERY_STRATEGIES.register("padded", help="random queries padded with function words and a final period (an "
+                                          "adaptive attack on query detectors)")
+def padded_queries(n: int, train: Split, rng: random.Random, pair: bool, corpus: str | None = None) -> Queries:
+    texts = [pad_with_function_words(t, rng) for t in random_words(n, _lengths(train), rng)]
     return texts, [_perturb(t, rng) for t in texts] if pair else None
 
 

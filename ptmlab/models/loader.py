@@ -1,8 +1,10 @@
 """Load and save models in ``save_pretrained`` layout, including ptmlab-modified ones.
 
-A modification (adapters now; pruned heads, low rank, ... later) registers in ``MODIFIERS`` a function that
-changes a freshly built model's architecture. Applying one records it in ``config.ptmlab_modifications``, so
-``load_from_dir`` can rebuild the same architecture from the saved config and then load the weights strictly.
+A modification (adapters, pruned heads, low rank, sharing, ghost modules, RNN students, long attention, ...)
+registers in ``MODIFIERS`` a function that changes a freshly built model's architecture. Applying one records it
+in ``config.ptmlab_modifications`` together with the ``ptmlab.*`` module that defines it, so ``load_from_dir`` can
+import that module, rebuild the same architecture from the saved config and then load the weights strictly. The
+foundation never names the capabilities that define modifications; only ``ptmlab.*`` modules are imported this way.
 """
 
 from __future__ import annotations
@@ -16,26 +18,50 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.core.registry import Registry
 
 MODIFIERS: Registry = Registry("model modification")
-# modules registering modifications outside ptmlab.models (imported before a recorded modification is replayed)
-MODIFIER_MODULES: list[str] = ["ptmlab.distill.rnn", "ptmlab.compress.surgery", "ptmlab.compress.lowrank",
-                               "ptmlab.compress.sharing", "ptmlab.compress.ghost"]
 
 
 def record_modification(model, kind: str, **params) -> None:
-    """Note a modification in the config so the saved model rebuilds with it."""
+    """Note a modification (and the module defining it) in the config so the saved model rebuilds with it."""
     mods = list(getattr(model.config, "ptmlab_modifications", None) or [])
-    mods.append({"kind": kind, **params})
+    module = getattr(MODIFIERS.get(kind), "__module__", None)
+    mods.append({"kind": kind, **params, **({"module": module} if module else {})})
     model.config.ptmlab_modifications = mods
 
 
-def apply_modifications(model, mods: list[dict]) -> None:
+def _find_modifier(kind: str, module: str | None):
+    """The registered function of ``kind``, importing its recorded ``ptmlab.*`` module first when needed."""
     import importlib
 
-    for name in MODIFIER_MODULES:
-        importlib.import_module(name)
+    if kind not in MODIFIERS and module:
+        if not (module == "ptmlab" or module.startswith("ptmlab.")):
+            raise PtmlabError(f"the model records modification '{kind}' from module '{module}', which is not part of "
+                              f"ptmlab: only ptmlab modules are imported to rebuild a model")
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise PtmlabError(f"cannot import '{module}' to rebuild modification '{kind}' ({e}): is this ptmlab "
+                              f"version older than the one that saved the model?") from None
+    if kind not in MODIFIERS:  # saved before modules were recorded: look through ptmlab's packages once
+        import pkgutil
+
+        import ptmlab
+
+        for info in pkgutil.walk_packages(ptmlab.__path__, "ptmlab."):
+            if kind in MODIFIERS:
+                break
+            if info.name.startswith(("ptmlab.commands", "ptmlab.studies", "ptmlab.cli")):
+                continue
+            try:
+                importlib.import_module(info.name)
+            except ImportError:
+                continue
+    return MODIFIERS.get(kind)
+
+
+def apply_modifications(model, mods: list[dict]) -> None:
     for mod in mods:
-        params = {k: v for k, v in mod.items() if k != "kind"}
-        MODIFIERS.get(mod["kind"])(model, record=False, **params)
+        params = {k: v for k, v in mod.items() if k not in ("kind", "module")}
+        _find_modifier(mod["kind"], mod.get("module"))(model, record=False, **params)
 
 
 def _model_class(task_head: bool):

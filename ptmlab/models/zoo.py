@@ -52,15 +52,21 @@ ZOO.add("tiny", ZooEntry("tiny", "random BERT, 2 layers, hidden 64, 4 heads, FFN
 
 
 def resolve(name: str) -> tuple[str, ZooEntry | None]:
-    """A zoo name, a local model directory, or a hub id (online) -> (path or id, zoo entry or None)."""
-    if name in ZOO:
-        entry = ZOO.get(name)
+    """A local model directory, a zoo name (``zoo:NAME`` is always the zoo), or a hub id (online) -> (path or id,
+    zoo entry or None). An existing directory always wins over a zoo name: a run directory named ``tiny`` is that run,
+    never the random zoo model."""
+    if name.startswith("zoo:"):
+        entry = ZOO.get(name[4:])
         return str(entry.locate()), entry
     p = Path(name).expanduser()
     if p.is_dir():
         if not (p / "config.json").is_file():
-            raise PtmlabError(f"'{name}' is a directory without config.json: pass a saved model or run directory")
+            zoo = f" (for the zoo model pass zoo:{name})" if name in ZOO else ""
+            raise PtmlabError(f"'{name}' is a directory without config.json: pass a saved model or run directory{zoo}")
         return str(p), None
+    if name in ZOO:
+        entry = ZOO.get(name)
+        return str(entry.locate()), entry
     if p.exists():
         raise PtmlabError(f"'{name}' is a file, not a model directory: pass a zoo name ({', '.join(ZOO.names())}) "
                           f"or a directory")

@@ -1,8 +1,13 @@
 """The FastAPI app: ``POST /v1/predict``, ``GET /healthz``, ``GET /metrics`` and the OpenAPI spec.
 
-Order of checks for a prediction: body size (413), key (401), rate limit (429), request shape and limits (422),
-daily budget (429), then the batched forward pass (timeout 408, queue full 429); the answer is charged and logged
-in one committed transaction before it is sent.
+Order of checks for a prediction: key (401, from the header alone: an unauthenticated client never makes the server
+read or parse a body, and never learns why a body would be invalid), body size (413, while reading), request shape
+and limits (422), then admission in the state store (429 rate or budget, 403 blocked by the detector), per-request
+tokenization (422 naming the text), the batched forward pass (422 when this request's input makes the model fail,
+408 timeout, 429 queue full), and one committed transaction charging and logging the answer before it is sent.
+Input faults found after admission are charged and audited, so they are not free to repeat. Every store call runs
+in a thread: a locked store answers 503 with ``Retry-After`` and never stalls the event loop; ``/healthz`` and
+``/metrics`` never touch the store.
 """
 
 from __future__ import annotations
@@ -10,20 +15,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import time
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ptmlab.serve.batcher import Batcher, QueueFull
 from ptmlab.serve.config import ServeConfig
 from ptmlab.serve.metrics import Metrics
 from ptmlab.serve.policy import OutputPolicy, parse_policy
-from ptmlab.serve.ratelimit import TokenBuckets, retry_after_header
-from ptmlab.serve.state import AuditRow, KeyInfo, Store, text_hash
+from ptmlab.serve.predictor import InputError
+from ptmlab.serve.ratelimit import retry_after_header
+from ptmlab.serve.state import AuditRow, DetectorPolicy, KeyInfo, Store, StoreBusy, open_store, text_hash
 
 
 class PredictRequest(BaseModel):
@@ -49,7 +55,9 @@ class ErrorResponse(BaseModel):
     error: str
 
 
-ERRORS = {code: {"model": ErrorResponse} for code in (401, 408, 413, 422, 429)}
+ERRORS = {code: {"model": ErrorResponse} for code in (401, 403, 408, 413, 422, 429, 503)}
+REQUEST_BODY = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": PredictRequest.model_json_schema()}}}}
 
 
 def _error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
@@ -60,46 +68,6 @@ def _seconds_to_midnight() -> float:
     now = dt.datetime.now(dt.UTC)
     tomorrow = (now + dt.timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
     return (tomorrow - now).total_seconds()
-
-
-class BodyLimit:
-    """ASGI middleware: refuse bodies over ``limit`` bytes with 413 before the app parses them."""
-
-    def __init__(self, app, limit: int):
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            return await self._refuse(scope, receive, send)
-        chunks, size, more = [], 0, True
-        while more:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                return
-            body = msg.get("body", b"")
-            size += len(body)
-            if size > self.limit:
-                return await self._refuse(scope, receive, send)
-            chunks.append(body)
-            more = msg.get("more_body", False)
-        replayed = False
-
-        async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
-
-        return await self.app(scope, replay, send)
-
-    async def _refuse(self, scope, receive, send):
-        resp = _error(413, f"request body exceeds {self.limit} bytes: send fewer or shorter texts")
-        await resp(scope, receive, send)
 
 
 class RequestMetrics:
@@ -125,28 +93,45 @@ class RequestMetrics:
             self.metrics.request(status[0], time.perf_counter() - t0)
 
 
+async def read_body(request: Request, limit: int) -> bytes | None:
+    """The body, or None as soon as it is known to exceed ``limit`` bytes (declared or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> FastAPI:
     """The app serving ``model_dir`` (any ptmlab run directory) under the limits of ``cfg``."""
     from ptmlab.serve.predictor import Predictor
 
     cfg.validate()
     policy: OutputPolicy = parse_policy(cfg.output_policy)
-    store = store or Store()
+    store = store or open_store(cfg.state or None, cfg.state_timeout)
     predictor = Predictor(model_dir, cfg.max_length or None, cfg.precision, cfg.chunk)
     info = predictor.info
     metrics = Metrics()
-    buckets = TokenBuckets()
-    batcher = Batcher(predictor.predict, cfg.max_batch, cfg.max_wait_ms / 1000, cfg.max_queue, metrics)
+    batcher = Batcher(predictor.forward, cfg.max_batch, cfg.max_wait_ms / 1000, cfg.max_queue, metrics)
     detector = None
+    detector_policy = None
     if cfg.detector:
         from ptmlab.serve.detector import default_detector
+        from ptmlab.serve.state import state_home
 
-        detector = default_detector(store.home)
+        detector = default_detector(getattr(store, "home", None) or state_home())
+        detector_policy = DetectorPolicy(cfg.detector_action, cfg.detector_threshold, cfg.detector_min_queries)
     watermarker = None
     if cfg.watermark_rate > 0:
         from ptmlab.serve.watermark import Watermarker
 
         watermarker = Watermarker(store.secret("watermark"), cfg.watermark_rate)
+    hold_seconds = cfg.timeout + 60  # a hold outlives its request; a killed server's holds expire after this
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -156,15 +141,15 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
     app = FastAPI(title="ptmlab inference API", version="1", lifespan=lifespan,
                   description=f"Predictions of {info.path} (labels: {', '.join(info.labels)}); output policy "
                               f"{policy.name}.")
-    app.state.store, app.state.batcher, app.state.metrics = store, batcher, metrics
+    app.state.store, app.state.batcher, app.state.metrics, app.state.info = store, batcher, metrics, info
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError):
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
-        metrics.reject("invalid")
-        return _error(422, f"invalid request at '{where}': {first.get('msg', 'malformed')}; send JSON "
-                           f'{{"texts": ["..."]}}')
+    async def in_thread(fn, *args, **kw):
+        return await asyncio.to_thread(fn, *args, **kw)
+
+    @app.exception_handler(StoreBusy)
+    async def _busy(request: Request, exc: StoreBusy):
+        metrics.reject("store")
+        return _error(503, f"state store busy ({exc}): retry after the Retry-After seconds", {"Retry-After": "1"})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
@@ -172,79 +157,133 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
 
     app.add_middleware(RequestMetrics, metrics=metrics, path="/v1/predict")
 
-    def authenticate(request: Request) -> KeyInfo | None:
+    async def authenticate(request: Request) -> KeyInfo | None:
         auth = request.headers.get("authorization", "")
         scheme, _, key = auth.partition(" ")
-        if scheme.lower() != "bearer" or not key.strip():
+        if scheme.lower() != "bearer" or not key.strip() or len(key) > 200:
             return None
-        return store.find_key(key.strip())
+        return await in_thread(store.find_key, key.strip())
 
     @app.get("/healthz")
-    def healthz() -> dict:
-        """Liveness: the model is loaded and the batcher runs."""
+    async def healthz() -> dict:
+        """Liveness and what is served: the model loaded (absolute path, type, labels, task); never touches the
+        state store."""
         return {"status": "ok" if batcher.thread.is_alive() else "degraded", "model": info.path,
-                "labels": info.labels, "policy": policy.name, "precision": predictor.precision,
-                "queued_texts": batcher.waiting}
+                "model_type": info.model_type, "task": info.task, "labels": info.labels,
+                "parameters": info.parameters, "max_length": info.max_length, "positions": info.positions,
+                "policy": policy.name, "precision": predictor.precision, "queued_texts": batcher.waiting,
+                "state": store.where, "detector": cfg.detector_action if cfg.detector else "off"}
 
     @app.get("/metrics", response_class=PlainTextResponse)
-    def prometheus() -> str:
+    async def prometheus() -> str:
         """Prometheus text format: requests by status, rejects by reason, latency and batch-size histograms."""
         return metrics.render()
 
-    @app.post("/v1/predict", response_model=PredictResponse, responses=ERRORS)
-    async def predict(req: PredictRequest, request: Request):
+    @app.post("/v1/predict", response_model=PredictResponse, responses=ERRORS, openapi_extra=REQUEST_BODY)
+    async def predict(request: Request):
         """Labels (and probabilities, by the output policy) for each text."""
-        key = authenticate(request)
+        key = await authenticate(request)
         if key is None:
             metrics.reject("auth")
             return _error(401, "missing, unknown or revoked API key: send 'Authorization: Bearer KEY' with a key "
                                "from `ptmlab keys create`", {"WWW-Authenticate": "Bearer"})
-        wait = buckets.take(key.id, key.rate, key.burst)
-        if wait > 0:
-            metrics.reject("rate")
-            return _error(429, f"rate limit of {key.rate:g} requests/s exceeded: retry after the Retry-After "
-                               f"seconds", {"Retry-After": retry_after_header(wait)})
-        problem = check_limits(req)
+        body = await read_body(request, cfg.max_body)
+        if body is None:
+            metrics.reject("size")
+            return _error(413, f"request body exceeds {cfg.max_body} bytes: send fewer or shorter texts")
+        req, problem = parse_request(body)
+        problem = problem or check_limits(req, key)
         if problem:
-            metrics.reject("limits")
+            metrics.reject("invalid")
             return _error(422, problem)
         n = len(req.texts)
-        if store.used_today(key.id) + n > key.daily_budget:
-            return over_budget(key)
+        adm = await in_thread(store.admit, key.id, n, hold_seconds, detector_policy)
+        if not adm.ok:
+            return refused(key, adm)
+        pairs = req.text_pairs or [None] * n
         try:
-            fut = batcher.submit(req.texts, req.text_pairs)
+            encs, scores = await in_thread(prepare, req)
+        except InputError as e:  # the client's input: charged and audited, so it is not free to repeat
+            await in_thread(store.settle, key.id, adm.hold, audit_rows(req.texts, pairs, [None] * n), (),
+                            "invalid", detector_policy)
+            metrics.reject("input")
+            return _error(422, str(e))
+        try:
+            fut = batcher.submit(encs)
         except QueueFull:
+            await in_thread(store.release, adm.hold)
             metrics.reject("busy")
             return _error(429, "server busy (too many texts queued): retry shortly", {"Retry-After": "1"})
         try:
             probs = await asyncio.wait_for(fut, cfg.timeout)
         except TimeoutError:
+            await in_thread(store.release, adm.hold)
             metrics.reject("timeout")
             return _error(408, f"no answer within {cfg.timeout:g}s: retry later or send fewer texts")
-        answer, rows, marks = [], [], []
-        pairs = req.text_pairs or [None] * n
-        scores = detector.score(req.texts) if detector else [None] * n
-        for text, pair, p, score in zip(req.texts, pairs, probs, scores, strict=True):
+        except InputError as e:
+            await in_thread(store.settle, key.id, adm.hold, audit_rows(req.texts, pairs, scores), (), "model_error",
+                            detector_policy)
+            metrics.reject("input")
+            return _error(422, f"{e}: change or drop the offending text")
+        answer, marks = [], []
+        for enc, text, pair, p in zip(encs, req.texts, pairs, probs, strict=True):
             if watermarker is not None:
-                p, mark = watermarker.apply(text, pair, p)
+                p, mark = watermarker.apply(predictor.tokens(enc), text, pair, p)
                 if mark is not None:
                     marks.append(mark)
             label_id = max(range(len(p)), key=p.__getitem__)
             answer.append(Prediction(label=info.labels[label_id], label_id=label_id, probs=policy.render(p)))
-            rows.append(AuditRow(text_hash(text, pair), len(text) + len(pair or ""), score))
-        if not await asyncio.to_thread(store.charge, key, rows, marks):
-            return over_budget(key)
+        if not await in_thread(store.settle, key.id, adm.hold, audit_rows(req.texts, pairs, scores), marks, "ok",
+                               detector_policy):
+            return refused(key, type(adm)(False, reason="budget"))
         metrics.answered(n)
         return PredictResponse(model=info.path, policy=policy.name, label_names=info.labels, predictions=answer)
 
-    def over_budget(key: KeyInfo) -> JSONResponse:
+    def prepare(req: PredictRequest):
+        encs = predictor.encode(req.texts, req.text_pairs)
+        scores = detector.score(req.texts) if detector else [None] * len(req.texts)
+        return encs, scores
+
+    def audit_rows(texts, pairs, scores) -> list[AuditRow]:
+        return [AuditRow(text_hash(t, p), len(t) + len(p or ""), s) for t, p, s in zip(texts, pairs, scores,
+                                                                                      strict=True)]
+
+    def refused(key: KeyInfo, adm) -> JSONResponse:
+        if adm.reason == "rate":
+            metrics.reject("rate")
+            slow = " (throttled: this key's queries look like an extraction attack)" if adm.flagged else ""
+            return _error(429, f"rate limit of {key.rate:g} texts/s exceeded{slow}: retry after the Retry-After "
+                               f"seconds", {"Retry-After": retry_after_header(adm.retry_after)})
+        if adm.reason == "blocked":
+            metrics.reject("blocked")
+            return _error(403, "this key's queries look like a model-extraction attack and it is blocked: contact "
+                               "the operator")
+        if adm.reason == "revoked":
+            metrics.reject("auth")
+            return _error(401, "revoked API key", {"WWW-Authenticate": "Bearer"})
         metrics.reject("budget")
         return _error(429, f"daily query budget of {key.daily_budget} texts is spent: retry after the Retry-After "
                            f"seconds (UTC midnight)", {"Retry-After": retry_after_header(_seconds_to_midnight())})
 
-    def check_limits(req: PredictRequest) -> str | None:
+    def parse_request(body: bytes) -> tuple[PredictRequest | None, str | None]:
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as e:
+            return None, f"the body is not JSON ({type(e).__name__}): send JSON {{\"texts\": [\"...\"]}}"
+        try:
+            return PredictRequest.model_validate(data), None
+        except ValidationError as e:
+            first = e.errors()[0] if e.errors() else {}
+            where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+            return None, (f"invalid request at '{where}': {first.get('msg', 'malformed')}; send JSON "
+                          f'{{"texts": ["..."]}}')
+
+    def check_limits(req: PredictRequest, key: KeyInfo) -> str | None:
         if len(req.texts) > cfg.max_texts:
             return f"{len(req.texts)} texts in one request exceed the limit of {cfg.max_texts}: split the request"
+        if len(req.texts) > key.burst:
+            return (f"{len(req.texts)} texts in one request exceed this key's burst of {key.burst:g} texts: send at "
+                    f"most {int(key.burst)} texts per request")
         if req.text_pairs is not None and len(req.text_pairs) != len(req.texts):
             return f"{len(req.text_pairs)} text_pairs for {len(req.texts)} texts: send one pair per text"
         if info.pair is True and req.text_pairs is None:
@@ -256,5 +295,4 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
                 return f"text {i % len(req.texts)} has {len(t)} characters, over the limit of {cfg.max_chars}"
         return None
 
-    app.add_middleware(BodyLimit, limit=cfg.max_body)  # added last, so it runs first
     return app

@@ -1,7 +1,10 @@
-"""Dynamic batching: requests from many clients are merged into one forward pass.
+"""Dynamic batching: requests from many clients are merged into one forward pass, and one bad request harms no other.
 
 A worker thread takes the first waiting request, then keeps collecting until ``max_batch`` texts are gathered or
 ``max_wait`` seconds have passed since that first request, runs the model once, and hands each request its rows.
+Requests arrive already tokenized (each on its own), so only the forward pass can fail here; when a batch of several
+requests fails, each is retried alone, so only a request whose own input makes the model raise gets the error
+(``InputError``). Requests whose client stopped waiting (timeout) are dropped before any work is done for them.
 """
 
 from __future__ import annotations
@@ -13,12 +16,12 @@ import time
 from dataclasses import dataclass, field
 
 from ptmlab.serve.metrics import Metrics
+from ptmlab.serve.predictor import Encoding, InputError
 
 
 @dataclass
 class Job:
-    texts: list[str]
-    pairs: list[str] | None
+    encs: list[Encoding]
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     enqueued: float = field(default_factory=time.monotonic)
@@ -29,9 +32,9 @@ class QueueFull(Exception):
 
 
 class Batcher:
-    def __init__(self, predict, max_batch: int = 32, max_wait: float = 0.01, max_queue: int = 4096,
+    def __init__(self, forward, max_batch: int = 32, max_wait: float = 0.01, max_queue: int = 4096,
                  metrics: Metrics | None = None):
-        self.predict = predict
+        self.forward = forward
         self.max_batch = max_batch
         self.max_wait = max_wait
         self.max_queue = max_queue
@@ -42,15 +45,15 @@ class Batcher:
         self.thread = threading.Thread(target=self._run, name="ptmlab-batcher", daemon=True)
         self.thread.start()
 
-    def submit(self, texts: list[str], pairs: list[str] | None) -> asyncio.Future:
-        """Queue one request; the returned future resolves to its probabilities."""
+    def submit(self, encs: list[Encoding]) -> asyncio.Future:
+        """Queue one request's encodings; the returned future resolves to its probabilities."""
         with self.lock:
-            if self.waiting + len(texts) > self.max_queue:
+            if self.waiting + len(encs) > self.max_queue:
                 raise QueueFull
-            self.waiting += len(texts)
+            self.waiting += len(encs)
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        self.jobs.put(Job(texts, pairs, fut, loop))
+        self.jobs.put(Job(encs, fut, loop))
         return fut
 
     def close(self) -> None:
@@ -59,7 +62,7 @@ class Batcher:
 
     def _collect(self, first: Job) -> tuple[list[Job], Job | None, bool]:
         """(this batch, a job that starts the next one, whether the batcher was closed)."""
-        batch, n = [first], len(first.texts)
+        batch, n = [first], len(first.encs)
         deadline = first.enqueued + self.max_wait
         while n < self.max_batch:
             try:
@@ -68,10 +71,10 @@ class Batcher:
                 break
             if job is None:
                 return batch, None, True
-            if n + len(job.texts) > self.max_batch or (job.pairs is None) != (first.pairs is None):
+            if n + len(job.encs) > self.max_batch:
                 return batch, job, False  # does not fit: it starts the next batch
             batch.append(job)
-            n += len(job.texts)
+            n += len(job.encs)
         return batch, None, False
 
     def _run(self) -> None:
@@ -86,23 +89,41 @@ class Batcher:
                 return
 
     def _answer(self, batch: list[Job]) -> None:
-        texts = [t for j in batch for t in j.texts]
-        pairs = [p for j in batch for p in j.pairs] if batch[0].pairs is not None else None
         with self.lock:
-            self.waiting -= len(texts)
-        if self.metrics:
-            self.metrics.batch_size(len(texts))
-        try:
-            probs = self.predict(texts, pairs)
-        except Exception as e:  # a model failure answers these requests with an error, never kills the worker
-            for j in batch:
-                j.loop.call_soon_threadsafe(_set, j.future, None, e)
+            self.waiting -= sum(len(j.encs) for j in batch)
+        live = [j for j in batch if not j.future.done()]  # timed out meanwhile: compute nothing for them
+        if not live:
             return
+        try:
+            self._run_jobs(live)
+        except Exception as e:
+            if len(live) == 1:
+                _reply(live[0], None, _as_input_error(e))
+                return
+            for j in live:  # find the request at fault: each alone, so the others still get their answers
+                try:
+                    self._run_jobs([j])
+                except Exception as e1:
+                    _reply(j, None, _as_input_error(e1))
+
+    def _run_jobs(self, jobs: list[Job]) -> None:
+        encs = [e for j in jobs for e in j.encs]
+        if self.metrics:
+            self.metrics.batch_size(len(encs))
+        probs = self.forward(encs)
         pos = 0
-        for j in batch:
-            rows = probs[pos:pos + len(j.texts)]
-            pos += len(j.texts)
-            j.loop.call_soon_threadsafe(_set, j.future, rows, None)
+        for j in jobs:
+            _reply(j, probs[pos:pos + len(j.encs)], None)
+            pos += len(j.encs)
+
+
+def _as_input_error(e: Exception) -> InputError:
+    first = str(e).splitlines()[0][:200] if str(e) else "no message"
+    return InputError(f"the model cannot process this input ({type(e).__name__}: {first})")
+
+
+def _reply(job: Job, result, error) -> None:
+    job.loop.call_soon_threadsafe(_set, job.future, result, error)
 
 
 def _set(fut: asyncio.Future, result, error) -> None:

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.serve.policy import parse_policy
 
+DETECTOR_ACTIONS = ("record", "throttle", "block")
+
 
 @dataclass
 class ServeConfig:
     host: str = opt("127.0.0.1", "address to bind (loopback by default)")
     port: int = opt(8000, "port to listen on")
+    state: str = opt("", "state store: a directory for SQLite (default $PTMLAB_HOME) or postgresql://USER@HOST:PORT/DB "
+                         "shared by several replicas (or set PTMLAB_STATE)")
+    state_timeout: float = opt(2.0, "seconds a request waits for a locked state store before 503 + Retry-After")
     output_policy: str = opt("probs", "what clients see: probs, label, or rounded:K")
     max_batch: int = opt(32, "most texts in one forward pass (dynamic batching)")
     max_wait_ms: float = opt(5.0, "longest a request waits for others to join its batch, in milliseconds")
@@ -23,7 +29,12 @@ class ServeConfig:
     max_queue: int = opt(4096, "most texts waiting for the model before requests are refused with 429")
     watermark_rate: float = opt(0.0, "fraction of queries answered with a wrong label and recorded (0: off)")
     detector: bool = opt(True, "score each query with the extraction-query detector (stored in the audit log)")
-    max_length: int = opt(0, "truncate inputs to this many tokens (0: the run's --max-length)")
+    detector_action: str = opt("record", "what the detector does to a key whose queries score above "
+                                         "--detector-threshold on average: record, throttle (rate / 10) or block (403)")
+    detector_threshold: float = opt(0.5, "moving-average detector score above which a key is flagged")
+    detector_min_queries: int = opt(20, "scored queries before a key can be flagged")
+    max_length: int = opt(0, "truncate inputs to this many tokens (0: the run's --max-length; at most the model's "
+                             "positions)")
     precision: str = opt("auto", "forward passes in auto (bf16 where this CPU/GPU runs bf16 fast, else fp32), bf16 "
                                  "or fp32")
     chunk: int = opt(8, "run a batch as length-sorted chunks of this many texts, so short texts are not padded to "
@@ -31,16 +42,25 @@ class ServeConfig:
 
     def validate(self) -> None:
         parse_policy(self.output_policy)
-        for name in ("max_batch", "max_texts", "max_chars", "max_body", "max_queue"):
+        for name in ("max_batch", "max_texts", "max_chars", "max_body", "max_queue", "detector_min_queries"):
             if getattr(self, name) < 1:
                 raise PtmlabError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.max_wait_ms < 0 or self.timeout <= 0:
-            raise PtmlabError(f"--max-wait-ms must be >= 0 and --timeout > 0 (got {self.max_wait_ms}, {self.timeout})")
+        for name in ("max_wait_ms", "timeout", "state_timeout", "watermark_rate", "detector_threshold"):
+            if not math.isfinite(getattr(self, name)):
+                raise PtmlabError(f"--{name.replace('_', '-')} must be a finite number, got {getattr(self, name)}")
+        if self.max_wait_ms < 0 or self.timeout <= 0 or self.state_timeout <= 0:
+            raise PtmlabError(f"--max-wait-ms must be >= 0, --timeout and --state-timeout > 0 (got "
+                              f"{self.max_wait_ms}, {self.timeout}, {self.state_timeout})")
         if not 0 <= self.watermark_rate <= 0.5:
             raise PtmlabError(f"--watermark-rate must be in [0, 0.5], got {self.watermark_rate}")
+        if self.detector_action not in DETECTOR_ACTIONS:
+            raise PtmlabError(f"--detector-action must be one of {', '.join(DETECTOR_ACTIONS)}, got "
+                              f"'{self.detector_action}'")
+        if not 0 < self.detector_threshold < 1:
+            raise PtmlabError(f"--detector-threshold must be in (0, 1), got {self.detector_threshold}")
         if self.precision not in ("auto", "bf16", "fp32"):
             raise PtmlabError(f"--precision must be auto, bf16 or fp32, got '{self.precision}'")
-        if self.chunk < 0:
-            raise PtmlabError(f"--chunk must be >= 0, got {self.chunk}")
+        if self.chunk < 0 or self.max_length < 0:
+            raise PtmlabError(f"--chunk and --max-length must be >= 0, got {self.chunk}, {self.max_length}")
         if not 0 < self.port < 65536:
             raise PtmlabError(f"--port must be in 1..65535, got {self.port}")

@@ -1,8 +1,14 @@
-"""Extraction-query detector: a small classifier telling RANDOM-style word salad from real sentences.
+"""Extraction-query detector: how far a query's content words are from natural text.
 
-Each text becomes a few word-frequency features (from ``wordfreq``); a logistic regression scores it. The server
-stores each query's score in the audit log (not the text), and ``ptmlab keys flagged`` flags keys whose recent
-queries look like word salad on average. Coefficients are saved as JSON, never pickled.
+RANDOM extraction queries draw words uniformly from the 10,000 most frequent English words, so their content words
+have a tell-tale frequency profile: almost none rarer than the top-10k, few very common ones, a narrow spread.
+Function words and punctuation are ignored, so padding a query with "the", "of", "and" and a final period (the
+cheap adaptive attack that fooled the first detector) changes nothing. Texts with fewer than ``MIN_CONTENT`` known
+English content words (short or non-English texts) are not scored at all, instead of being scored as suspicious.
+
+A logistic regression over these features gives each query a score; the server keeps a moving average per key
+(``Store.settle``) and acts on it by ``--detector-action``. The default detector is fitted once on the built-in
+tweets against RANDOM queries and saved as JSON (never pickled) under the state directory.
 """
 
 from __future__ import annotations
@@ -17,25 +23,29 @@ import numpy as np
 
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.io import atomic_write_json
+from ptmlab.data.wordlists import FUNCTION_WORDS
 
-WORD = re.compile(r"[a-z']+")
-FEATURES = ("mean_zipf", "std_zipf", "frac_function_words", "frac_rare", "frac_unknown", "frac_punct")
+WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
+FEATURES = ("mean_zipf", "std_zipf", "frac_common", "frac_rare", "frac_unknown")
+MIN_CONTENT = 3
+VERSION = 2
 
 
-def features(text: str) -> list[float]:
+def features(text: str) -> list[float] | None:
+    """Frequency profile of the text's content words; None when there are too few known ones to judge."""
     from wordfreq import zipf_frequency
 
-    words = WORD.findall(text.lower())
-    if not words:
-        return [0.0, 0.0, 0.0, 0.0, 1.0, 1.0 if text.strip() else 0.0]
-    z = np.array([zipf_frequency(w, "en") for w in words])
-    punct = sum(1 for c in text if c in ".,;:!?\"()-")
-    return [float(z.mean()), float(z.std()), float((z >= 6.0).mean()), float(((z > 0) & (z < 4.0)).mean()),
-            float((z == 0).mean()), punct / max(1, len(words))]
+    words = [w for w in WORD.findall(text.lower()) if len(w) > 1 and w not in FUNCTION_WORDS]
+    z = np.array([zipf_frequency(w, "en") for w in words]) if words else np.zeros(0)
+    known = z[z > 0]
+    if len(known) < MIN_CONTENT or len(known) < 0.5 * len(z):
+        return None
+    return [float(known.mean()), float(known.std()), float((known >= 5.0).mean()), float((known < 3.5).mean()),
+            float((z == 0).mean())]
 
 
 class QueryDetector:
-    """P(text is a RANDOM-style extraction query)."""
+    """P(text is a RANDOM-style extraction query), or None when the text cannot be judged."""
 
     def __init__(self, coef: list[float], intercept: float, mean: list[float], scale: list[float]):
         self.coef = np.array(coef)
@@ -47,47 +57,65 @@ class QueryDetector:
     def fit(cls, real: list[str], random_queries: list[str]) -> QueryDetector:
         from sklearn.linear_model import LogisticRegression
 
-        x = np.array([features(t) for t in real + random_queries])
-        y = np.array([0] * len(real) + [1] * len(random_queries))
+        rows, y = [], []
+        for label, texts in ((0, real), (1, random_queries)):
+            for t in texts:
+                f = features(t)
+                if f is not None:
+                    rows.append(f)
+                    y.append(label)
+        x = np.array(rows)
         mean, scale = x.mean(0), x.std(0) + 1e-6
-        lr = LogisticRegression(max_iter=1000).fit((x - mean) / scale, y)
+        lr = LogisticRegression(max_iter=1000).fit((x - mean) / scale, np.array(y))
         return cls(lr.coef_[0].tolist(), float(lr.intercept_[0]), mean.tolist(), scale.tolist())
 
-    def score(self, texts: list[str]) -> list[float]:
-        if not texts:
-            return []
-        x = (np.array([features(t) for t in texts]) - self.mean) / self.scale
-        z = x @ self.coef + self.intercept
-        return [1.0 / (1.0 + math.exp(-float(v))) for v in z]
+    def score(self, texts: list[str]) -> list[float | None]:
+        out: list[float | None] = []
+        for t in texts:
+            f = features(t)
+            if f is None:
+                out.append(None)
+                continue
+            z = float(((np.array(f) - self.mean) / self.scale) @ self.coef + self.intercept)
+            out.append(1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z)))))
+        return out
 
     def save(self, path: str | Path) -> None:
-        atomic_write_json(path, {"features": list(FEATURES), "coef": self.coef.tolist(), "intercept": self.intercept,
-                                 "mean": self.mean.tolist(), "scale": self.scale.tolist()})
+        atomic_write_json(path, {"version": VERSION, "features": list(FEATURES), "coef": self.coef.tolist(),
+                                 "intercept": self.intercept, "mean": self.mean.tolist(),
+                                 "scale": self.scale.tolist()})
 
     @classmethod
     def load(cls, path: str | Path) -> QueryDetector:
         try:
             d = json.loads(Path(path).read_text())
-            if d["features"] != list(FEATURES):
-                raise ValueError("different features")
+            if d.get("version") != VERSION or d["features"] != list(FEATURES):
+                raise ValueError("saved by another version")
             return cls(d["coef"], d["intercept"], d["mean"], d["scale"])
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise PtmlabError(f"cannot read detector '{path}' ({e}): delete it to refit the default") from None
 
 
-def default_detector(home: Path) -> QueryDetector:
-    """The detector saved under the state directory, fitted once on built-in tweets vs random word queries."""
-    path = home / "detector.json"
-    if path.is_file():
-        return QueryDetector.load(path)
+def fit_default_detector(seed: int = 0) -> QueryDetector:
+    """Fitted on 2,000 built-in tweets against as many RANDOM queries of the same lengths."""
     from ptmlab.data.loaders import load_task
-    from ptmlab.extraction.queries import random_words
+    from ptmlab.data.wordlists import random_words
 
-    rng = random.Random(0)
+    rng = random.Random(seed)
     real = [t for t in load_task("tweets").splits["train"].text if t.strip()]
     real = rng.sample(real, min(2000, len(real)))
-    lengths = [len(t.split()) for t in real]
-    fake = random_words(len(real), lengths, rng)
-    det = QueryDetector.fit(real, fake)
+    return QueryDetector.fit(real, random_words(len(real), [len(t.split()) for t in real], rng))
+
+
+def default_detector(home: Path) -> QueryDetector:
+    """The detector saved under ``home`` (fitted and saved on first use; refitted when saved by an older version)."""
+    path = Path(home) / "detector.json"
+    if path.is_file():
+        try:
+            return QueryDetector.load(path)
+        except PtmlabError:
+            pass
+    det = fit_default_detector()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     det.save(path)
     return det

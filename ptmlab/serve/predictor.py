@@ -1,13 +1,23 @@
-"""The served model: any ptmlab run or model directory, loaded through the zoo, answering batches of texts."""
+"""The served model: any ptmlab run or model directory, loaded through the zoo, answering batches of encodings.
+
+Serving tokenizes every request on its own (``encode``) before it joins a batch, so a text the tokenizer cannot
+handle fails only its own request; ``forward`` pads the encodings of many requests into one pass. ``--max-length``
+is checked against the model's position embeddings up front, so no text can index past them.
+"""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ptmlab.core.errors import PtmlabError
+
+
+class InputError(Exception):
+    """A request's own input cannot be processed (the client gets 422 naming the text)."""
 
 
 @dataclass(frozen=True)
@@ -17,56 +27,114 @@ class ModelInfo:
     pair: bool | None  # True: pairs required; False: single texts only; None: either
     max_length: int
     task: str | None
+    model_type: str = ""
+    positions: int = 0
+    parameters: int = 0
+
+
+Encoding = dict[str, list[int]]
 
 
 class Predictor:
-    """Softmax probabilities for a list of (text, pair) examples, one forward pass per call."""
+    """Softmax probabilities for (text, pair) examples; ``encode`` per request, ``forward`` per batch."""
 
     def __init__(self, model_dir: str | Path, max_length: int | None = None, precision: str = "fp32",
                  chunk: int = 0):
         from ptmlab.models.zoo import load_model, load_tokenizer
         from ptmlab.train.evaluate import resolve_precision
 
-        path = Path(model_dir)
+        path = Path(model_dir).expanduser()
         if not path.is_dir():
             raise PtmlabError(f"model '{model_dir}' is not a directory: pass a ptmlab run directory")
+        path = path.resolve()
         cfg = _run_config(path)
         self.model = load_model(str(path))
         self.model.eval()
         self.precision = resolve_precision(precision, next(self.model.parameters()).device)
         self.chunk = chunk
         self.tokenizer = load_tokenizer(str(path))
-        if getattr(self.model.config, "problem_type", None) == "regression" or self.model.config.num_labels < 2:
+        self.lock = threading.Lock()  # a fast tokenizer must not be called from two threads at once
+        config = self.model.config
+        if getattr(config, "problem_type", None) == "regression" or config.num_labels < 2:
             raise PtmlabError(f"model '{model_dir}' is a regression model: serving supports classifiers only")
-        id2label = self.model.config.id2label
+        positions = usable_positions(config)
+        length = int(max_length or cfg.get("max_length") or 128)
+        if positions and length > positions:
+            raise PtmlabError(f"--max-length {length} exceeds the {positions} positions of model '{model_dir}': pass "
+                              f"--max-length {positions} or less")
+        id2label = config.id2label
         task = cfg.get("task")
-        self.info = ModelInfo(str(path), [str(id2label[i]) for i in range(len(id2label))], _is_pair(task),
-                              int(max_length or cfg.get("max_length") or 128), task)
+        self.info = ModelInfo(str(path), [str(id2label[i]) for i in range(len(id2label))], _is_pair(task), length,
+                              task, str(getattr(config, "model_type", "")), positions,
+                              sum(p.numel() for p in self.model.parameters()))
+
+    def encode(self, texts: list[str], pairs: list[str] | None = None) -> list[Encoding]:
+        """Token ids per example (truncated to ``max_length``); ``InputError`` names the first text that fails."""
+        try:
+            return self._encode(texts, pairs)
+        except Exception:  # find the culprit, so the client learns which text to fix
+            for i, t in enumerate(texts):
+                try:
+                    self._encode([t], [pairs[i]] if pairs is not None else None)
+                except Exception as e:
+                    raise InputError(f"text {i} cannot be tokenized ({type(e).__name__}: {_short(e)})") from None
+            raise
+
+    def _encode(self, texts: list[str], pairs: list[str] | None) -> list[Encoding]:
+        with self.lock:
+            enc = self.tokenizer(texts, pairs, truncation=True, max_length=self.info.max_length)
+        keys = [k for k in ("input_ids", "token_type_ids") if k in enc]
+        out = [{k: list(enc[k][i]) for k in keys} for i in range(len(texts))]
+        for e in out:
+            e["attention_mask"] = [1] * len(e["input_ids"])
+        return out
+
+    def tokens(self, enc: Encoding) -> list[str]:
+        """The tokens of an encoding, specials dropped (for the watermark key)."""
+        special = set(self.tokenizer.all_special_ids)
+        return self.tokenizer.convert_ids_to_tokens([i for i in enc["input_ids"] if i not in special])
 
     @torch.inference_mode()
-    def predict(self, texts: list[str], pairs: list[str] | None = None) -> list[list[float]]:
-        """Probabilities per example; with ``chunk`` the examples run as length-sorted chunks (less padding)."""
-        if not self.chunk or len(texts) <= self.chunk:
-            return self._forward(texts, pairs)
-        lengths = [len(t) + len(pairs[i] if pairs else "") for i, t in enumerate(texts)]
-        order = sorted(range(len(texts)), key=lengths.__getitem__)
-        out: list[list[float]] = [[] for _ in texts]
+    def forward(self, encs: list[Encoding]) -> list[list[float]]:
+        """Probabilities per encoding; with ``chunk`` the examples run as length-sorted chunks (less padding)."""
+        if not self.chunk or len(encs) <= self.chunk:
+            return self._forward(encs)
+        order = sorted(range(len(encs)), key=lambda i: len(encs[i]["input_ids"]))
+        out: list[list[float]] = [[] for _ in encs]
         for s in range(0, len(order), self.chunk):
             idx = order[s:s + self.chunk]
-            rows = self._forward([texts[i] for i in idx], [pairs[i] for i in idx] if pairs else None)
-            for i, row in zip(idx, rows, strict=True):
+            for i, row in zip(idx, self._forward([encs[i] for i in idx]), strict=True):
                 out[i] = row
         return out
 
-    def _forward(self, texts: list[str], pairs: list[str] | None) -> list[list[float]]:
+    def predict(self, texts: list[str], pairs: list[str] | None = None) -> list[list[float]]:
+        """Probabilities per example (encode + forward, for local use: verification, extraction)."""
+        return self.forward(self.encode(texts, pairs))
+
+    def _forward(self, encs: list[Encoding]) -> list[list[float]]:
         from ptmlab.models.loader import model_inputs
         from ptmlab.train.evaluate import autocast_ctx
 
-        enc = self.tokenizer(texts, pairs, truncation=True, max_length=self.info.max_length, padding=True,
-                             return_tensors="pt")
-        with autocast_ctx(self.precision, next(self.model.parameters()).device):
-            logits = self.model(**model_inputs(self.model, dict(enc))).logits.float()
+        width = max(len(e["input_ids"]) for e in encs)
+        pad = {"input_ids": self.tokenizer.pad_token_id or 0, "token_type_ids": 0, "attention_mask": 0}
+        batch = {k: torch.tensor([e[k] + [pad[k]] * (width - len(e[k])) for e in encs]) for k in encs[0]}
+        device = next(self.model.parameters()).device
+        batch = {k: v.to(device) for k, v in batch.items()}
+        with autocast_ctx(self.precision, device):
+            logits = self.model(**model_inputs(self.model, batch)).logits.float()
         return torch.softmax(logits, -1).tolist()
+
+
+def usable_positions(config) -> int:
+    """Token positions the model can embed (RoBERTa-style models reserve padding_idx + 1 of them)."""
+    n = int(getattr(config, "max_position_embeddings", 0) or 0)
+    if n and getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert", "longformer"):
+        n -= int(getattr(config, "pad_token_id", 1) or 1) + 1
+    return n
+
+
+def _short(e: Exception) -> str:
+    return str(e).splitlines()[0][:200] if str(e) else "no message"
 
 
 def _run_config(path: Path) -> dict:
@@ -74,7 +142,11 @@ def _run_config(path: Path) -> dict:
         return {}
     from ptmlab.core.rundir import RunDir
 
-    return RunDir(path).read_config()
+    cfg = RunDir(path).read_config()
+    if not isinstance(cfg, dict):
+        raise PtmlabError(f"'{path / 'config.yaml'}' holds a YAML {type(cfg).__name__}, not the mapping a run writes: "
+                          f"restore the run's config.yaml or delete it to serve the model alone")
+    return cfg
 
 
 def _is_pair(task: str | None) -> bool | None:
@@ -83,3 +155,8 @@ def _is_pair(task: str | None) -> bool | None:
     if task and task in TASKS:
         return TASKS.get(task).is_pair
     return None
+
+
+def load_predictor(model_dir: str | Path, max_length: int | None = None, precision: str = "fp32") -> Predictor:
+    """A served model for local use (``predict(texts, pairs)`` -> probabilities), as ``ptmlab serve`` loads it."""
+    return Predictor(model_dir, max_length, precision)

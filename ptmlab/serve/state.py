@@ -1,18 +1,27 @@
-"""Keys, daily budgets, the audit log and watermark records, persisted in SQLite under ``$PTMLAB_HOME``.
+"""Server state behind one interface: keys, daily budgets, per-text rate limits, the audit log, watermark records.
 
-Keys are stored as SHA-256 hashes only (a key is 32 random bytes, so a plain hash cannot be reversed). Every
-answered query is charged and logged in one transaction that commits before the answer is sent, so a killed
-server never loses the accounting of an answer a client received.
+Two back-ends share every statement: SQLite, the embedded default (``$PTMLAB_HOME/state.db``, or ``--state DIR``),
+and PostgreSQL (``--state postgresql://...`` or ``PTMLAB_STATE``) for several replicas that must share one key's
+budget and rate. Accounting is two-phase so that no work is done for a request that may not be paid for:
+
+* ``admit`` takes the request's texts from the key's token bucket and holds as many texts of its daily budget, in
+  one transaction, before any tokenization or forward pass;
+* ``settle`` turns the hold into usage and writes the audit rows (and watermark records) in one transaction that
+  commits before the answer is sent; ``release`` drops a hold when the server, not the client, failed.
+
+A hold of a killed server expires, so nothing is charged for answers that were never sent. Keys are stored as
+SHA-256 hashes only, queries as SHA-256 hashes only (marked ones included). Every call may block (another writer,
+the network), so the app runs them in threads; a store that stays locked past ``busy_timeout`` raises
+``StoreBusy``, which the app answers with 503 and ``Retry-After``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import math
 import os
 import secrets
-import sqlite3
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,22 +30,9 @@ from ptmlab.core.errors import PtmlabError
 
 KEY_PREFIX = "ptm_"
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS keys (
-    id INTEGER PRIMARY KEY, name TEXT NOT NULL, key_hash TEXT NOT NULL UNIQUE, created REAL NOT NULL,
-    revoked REAL, rate REAL NOT NULL, burst REAL NOT NULL, daily_budget INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS usage (
-    key_id INTEGER NOT NULL, day TEXT NOT NULL, queries INTEGER NOT NULL, requests INTEGER NOT NULL,
-    PRIMARY KEY (key_id, day));
-CREATE TABLE IF NOT EXISTS audit (
-    id INTEGER PRIMARY KEY, key_id INTEGER NOT NULL, ts REAL NOT NULL, text_hash TEXT NOT NULL,
-    length INTEGER NOT NULL, score REAL);
-CREATE INDEX IF NOT EXISTS audit_key ON audit (key_id);
-CREATE TABLE IF NOT EXISTS watermark (
-    id INTEGER PRIMARY KEY, key_id INTEGER NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL, text_pair TEXT,
-    true_label INTEGER NOT NULL, given_label INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
+
+class StoreBusy(Exception):
+    """The state store is locked or unreachable for longer than its busy timeout: answer 503, retry shortly."""
 
 
 def state_home() -> Path:
@@ -65,9 +61,9 @@ class KeyInfo:
     name: str
     created: float
     revoked: float | None
-    rate: float
-    burst: float
-    daily_budget: int
+    rate: float  # texts per second refilled into the key's bucket
+    burst: float  # texts the bucket holds
+    daily_budget: int  # texts per UTC day
 
 
 @dataclass(frozen=True)
@@ -80,64 +76,116 @@ class AuditRow:
 @dataclass(frozen=True)
 class WatermarkRow:
     kind: str  # "mark": answered with a wrong label; "control": answered truthfully (the null rate)
-    text: str
-    text_pair: str | None
+    query_hash: str  # text_hash of the query as sent; the text itself is never stored
     true_label: int
     given_label: int
 
 
-class Store:
-    """One SQLite database (WAL mode); safe to share between threads (calls are serialised by a lock)."""
+@dataclass(frozen=True)
+class DetectorPolicy:
+    """What the query detector does to a key whose recent queries score above ``threshold`` on average."""
 
-    def __init__(self, home: str | Path | None = None):
-        self.home = Path(home) if home else state_home()
-        try:
-            self.home.mkdir(parents=True, exist_ok=True)
-            self.path = self.home / "state.db"
-            self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed row survives a killed process
-            self.db.executescript(SCHEMA)
-        except (OSError, sqlite3.Error) as e:
-            raise PtmlabError(f"cannot open the state database under '{self.home}' ({e}): set PTMLAB_HOME to a "
-                              f"writable directory") from None
-        self.lock = threading.Lock()
+    action: str = "record"  # record | throttle | block
+    threshold: float = 0.5
+    min_scored: int = 20  # scored queries before a key can be flagged
+    window: int = 200  # the key's score is an exponential moving average over about this many queries
+    throttle: float = 10.0  # throttle: the key's rate is divided by this
+
+
+@dataclass(frozen=True)
+class Admission:
+    ok: bool
+    hold: int | None = None
+    reason: str | None = None  # "rate", "budget" or "blocked" when refused
+    retry_after: float = 0.0
+    flagged: bool = False
+
+
+def check_limits(rate: float, burst: float, daily_budget: int) -> None:
+    if not (math.isfinite(rate) and math.isfinite(burst)) or rate <= 0 or burst < 1 or daily_budget < 1:
+        raise PtmlabError(f"limits must be finite and positive (rate {rate}, burst {burst}, daily budget "
+                          f"{daily_budget}): pass --rate > 0, --burst >= 1, --daily-budget >= 1")
+
+
+class Store:
+    """The state interface; SQL common to both back-ends (written with ``?`` placeholders)."""
+
+    where: str  # printable location (no password)
+    busy_timeout: float
+
+    # -- back-end hooks -------------------------------------------------------------------------------------------
+    def _conn(self):
+        raise NotImplementedError
+
+    def _sql(self, sql: str) -> str:
+        return sql
+
+    def _begin(self, cur) -> None:
+        raise NotImplementedError
+
+    def _lock_key(self, cur, key_id: int) -> None:
+        """Serialise writers of one key (SQLite: BEGIN IMMEDIATE already serialises every writer)."""
+
+    def _translate(self, e: Exception) -> Exception | None:
+        """StoreBusy for lock/timeout/connection errors of the back-end, None for others."""
+        raise NotImplementedError
+
+    def _insert_id(self, cur, sql: str, params: tuple) -> int:
+        raise NotImplementedError
 
     def close(self) -> None:
-        self.db.close()
+        raise NotImplementedError
 
-    # ------------------------------------------------------------------------------------------ keys
-    def create_key(self, name: str, rate: float = 20.0, burst: float = 40.0, daily_budget: int = 100_000) -> str:
+    # -- plumbing ---------------------------------------------------------------------------------------------------
+    def _read(self, sql: str, params: tuple = ()) -> list[tuple]:
+        try:
+            cur = self._conn().cursor()
+            return list(cur.execute(self._sql(sql), params).fetchall())
+        except Exception as e:
+            raise self._translate(e) or e from None
+
+    def _write(self, fn):
+        """Run ``fn(cursor)`` in one transaction; commit unless it returns with ``cur.rollback_wanted`` set."""
+        conn = self._conn()
+        cur = conn.cursor()
+        try:
+            self._begin(cur)
+            try:
+                out = fn(cur)
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            cur.execute("COMMIT")
+            return out
+        except Exception as e:
+            raise self._translate(e) or e from None
+
+    def _x(self, cur, sql: str, params: tuple = ()):
+        return cur.execute(self._sql(sql), params)
+
+    # -- keys -------------------------------------------------------------------------------------------------------
+    def create_key(self, name: str, rate: float = 50.0, burst: float = 100.0, daily_budget: int = 100_000) -> str:
         """A new key (returned once, never stored in clear)."""
         if not name or not name.strip():
             raise PtmlabError("key name is empty: pass --name NAME")
-        if rate <= 0 or burst < 1 or daily_budget < 1:
-            raise PtmlabError(f"limits must be positive (rate {rate}, burst {burst}, daily budget {daily_budget}): "
-                              f"pass --rate > 0, --burst >= 1, --daily-budget >= 1")
+        check_limits(rate, burst, daily_budget)
         key = KEY_PREFIX + secrets.token_urlsafe(32)
-        with self.lock:
-            self.db.execute("INSERT INTO keys (name, key_hash, created, rate, burst, daily_budget) "
-                            "VALUES (?, ?, ?, ?, ?, ?)", (name.strip(), hash_key(key), time.time(), rate, burst,
-                                                          daily_budget))
+        self._write(lambda cur: self._x(cur, "INSERT INTO keys (name, key_hash, created, rate, burst, daily_budget) "
+                                             "VALUES (?, ?, ?, ?, ?, ?)",
+                                        (name.strip(), hash_key(key), time.time(), rate, burst, daily_budget)))
         return key
 
-    def _row_to_key(self, row) -> KeyInfo:
-        return KeyInfo(*row)
+    _KEY_COLS = "id, name, created, revoked, rate, burst, daily_budget"
 
     def list_keys(self) -> list[KeyInfo]:
-        with self.lock:
-            rows = self.db.execute("SELECT id, name, created, revoked, rate, burst, daily_budget FROM keys "
-                                   "ORDER BY id").fetchall()
-        return [self._row_to_key(r) for r in rows]
+        return [KeyInfo(*r) for r in self._read(f"SELECT {self._KEY_COLS} FROM keys ORDER BY id")]
 
     def find_key(self, key: str) -> KeyInfo | None:
-        """The key's record if it exists and is not revoked."""
-        with self.lock:
-            row = self.db.execute("SELECT id, name, created, revoked, rate, burst, daily_budget FROM keys "
-                                  "WHERE key_hash = ?", (hash_key(key),)).fetchone()
-        if row is None or row[3] is not None:
+        """The key's record if it exists and is not revoked (a read: never waits for the write lock)."""
+        rows = self._read(f"SELECT {self._KEY_COLS} FROM keys WHERE key_hash = ?", (hash_key(key),))
+        if not rows or rows[0][3] is not None:
             return None
-        return self._row_to_key(row)
+        return KeyInfo(*rows[0])
 
     def resolve_key(self, ref: str) -> KeyInfo:
         """A key by id or name (for the CLI)."""
@@ -151,50 +199,110 @@ class Store:
         return hits[0]
 
     def revoke(self, key_id: int) -> None:
-        with self.lock:
-            self.db.execute("UPDATE keys SET revoked = ? WHERE id = ? AND revoked IS NULL", (time.time(), key_id))
+        self._write(lambda cur: self._x(cur, "UPDATE keys SET revoked = ? WHERE id = ? AND revoked IS NULL",
+                                        (time.time(), key_id)))
 
-    # ------------------------------------------------------------------------------------------ usage
-    def used_today(self, key_id: int) -> int:
-        with self.lock:
-            row = self.db.execute("SELECT queries FROM usage WHERE key_id = ? AND day = ?",
-                                  (key_id, today())).fetchone()
-        return row[0] if row else 0
+    # -- admission and accounting -----------------------------------------------------------------------------------
+    def admit(self, key_id: int, n: int, hold_seconds: float, policy: DetectorPolicy | None = None) -> Admission:
+        """Take ``n`` texts from the key's bucket and hold ``n`` texts of its daily budget, atomically."""
 
-    def charge(self, key: KeyInfo, rows: list[AuditRow], marks: list[WatermarkRow] = ()) -> bool:
-        """Charge ``len(rows)`` queries and log them, in one committed transaction; False when over budget."""
-        now, day = time.time(), today()
-        with self.lock:
-            cur = self.db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                row = cur.execute("SELECT queries FROM usage WHERE key_id = ? AND day = ?", (key.id, day)).fetchone()
-                used = row[0] if row else 0
-                if used + len(rows) > key.daily_budget:
-                    cur.execute("ROLLBACK")
+        def tx(cur) -> Admission:
+            now, day = time.time(), today()
+            self._lock_key(cur, key_id)
+            row = self._x(cur, "SELECT rate, burst, daily_budget, revoked FROM keys WHERE id = ?", (key_id,)).fetchone()
+            if row is None or row[3] is not None:
+                return Admission(False, reason="revoked")
+            rate, burst, budget = float(row[0]), float(row[1]), int(row[2])
+            flagged = False
+            if policy is not None and policy.action != "record":
+                s = self._x(cur, "SELECT scored, score FROM key_scores WHERE key_id = ?", (key_id,)).fetchone()
+                flagged = bool(s) and s[0] >= policy.min_scored and s[1] > policy.threshold
+                if flagged and policy.action == "block":
+                    return Admission(False, reason="blocked", flagged=True)
+                if flagged:
+                    rate /= policy.throttle
+            b = self._x(cur, "SELECT tokens, updated FROM buckets WHERE key_id = ?", (key_id,)).fetchone()
+            tokens = burst if b is None else min(burst, float(b[0]) + max(0.0, now - float(b[1])) * rate)
+            if tokens < n:
+                self._put_bucket(cur, key_id, tokens, now)
+                return Admission(False, reason="rate", retry_after=(n - tokens) / rate, flagged=flagged)
+            self._x(cur, "DELETE FROM holds WHERE key_id = ? AND expires < ?", (key_id, now))
+            if self._used_and_held(cur, key_id, day) + n > budget:
+                return Admission(False, reason="budget", flagged=flagged)
+            self._put_bucket(cur, key_id, tokens - n, now)
+            hold = self._insert_id(cur, "INSERT INTO holds (key_id, day, n, expires) VALUES (?, ?, ?, ?)",
+                                   (key_id, day, n, now + hold_seconds))
+            return Admission(True, hold=hold, flagged=flagged)
+
+        return self._write(tx)
+
+    def _put_bucket(self, cur, key_id: int, tokens: float, now: float) -> None:
+        self._x(cur, "INSERT INTO buckets (key_id, tokens, updated) VALUES (?, ?, ?) ON CONFLICT (key_id) DO UPDATE "
+                     "SET tokens = excluded.tokens, updated = excluded.updated", (key_id, tokens, now))
+
+    def _used_and_held(self, cur, key_id: int, day: str) -> int:
+        used = self._x(cur, "SELECT queries FROM usage WHERE key_id = ? AND day = ?", (key_id, day)).fetchone()
+        held = self._x(cur, "SELECT COALESCE(SUM(n), 0) FROM holds WHERE key_id = ? AND day = ?",
+                       (key_id, day)).fetchone()
+        return (int(used[0]) if used else 0) + int(held[0])
+
+    def settle(self, key_id: int, hold: int | None, rows: list[AuditRow], marks: list[WatermarkRow] = (),
+               outcome: str = "ok", policy: DetectorPolicy | None = None) -> bool:
+        """Charge ``len(rows)`` texts and log them (hold -> usage), in one committed transaction.
+
+        False when the hold had expired and the budget no longer has room (nothing is then charged)."""
+        window = (policy or DetectorPolicy()).window
+
+        def tx(cur) -> bool:
+            now, day = time.time(), today()
+            self._lock_key(cur, key_id)
+            held = None
+            if hold is not None:
+                held = self._x(cur, "SELECT n FROM holds WHERE id = ?", (hold,)).fetchone()
+                self._x(cur, "DELETE FROM holds WHERE id = ?", (hold,))
+            if held is None:  # expired (or never taken): charge only if the budget still has room
+                budget = self._x(cur, "SELECT daily_budget FROM keys WHERE id = ?", (key_id,)).fetchone()
+                if budget is None or self._used_and_held(cur, key_id, day) + len(rows) > int(budget[0]):
                     return False
-                cur.execute("INSERT INTO usage (key_id, day, queries, requests) VALUES (?, ?, ?, 1) "
-                            "ON CONFLICT (key_id, day) DO UPDATE SET queries = queries + excluded.queries, "
-                            "requests = requests + 1", (key.id, day, len(rows)))
-                cur.executemany("INSERT INTO audit (key_id, ts, text_hash, length, score) VALUES (?, ?, ?, ?, ?)",
-                                [(key.id, now, r.text_hash, r.length, r.score) for r in rows])
-                cur.executemany("INSERT INTO watermark (key_id, kind, text, text_pair, true_label, given_label) "
-                                "VALUES (?, ?, ?, ?, ?, ?)",
-                                [(key.id, m.kind, m.text, m.text_pair, m.true_label, m.given_label) for m in marks])
-                cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
-        return True
+            self._x(cur, "INSERT INTO usage (key_id, day, queries, requests) VALUES (?, ?, ?, 1) "
+                         "ON CONFLICT (key_id, day) DO UPDATE SET queries = usage.queries + excluded.queries, "
+                         "requests = usage.requests + 1", (key_id, day, len(rows)))
+            for r in rows:
+                self._x(cur, "INSERT INTO audit (key_id, ts, text_hash, length, score, outcome) "
+                             "VALUES (?, ?, ?, ?, ?, ?)", (key_id, now, r.text_hash, r.length, r.score, outcome))
+            for m in marks:
+                self._x(cur, "INSERT INTO marks (key_id, kind, query_hash, true_label, given_label) "
+                             "VALUES (?, ?, ?, ?, ?)", (key_id, m.kind, m.query_hash, m.true_label, m.given_label))
+            scores = [r.score for r in rows if r.score is not None]
+            if scores:
+                s = self._x(cur, "SELECT scored, score FROM key_scores WHERE key_id = ?", (key_id,)).fetchone()
+                scored, ewma = (int(s[0]), float(s[1])) if s else (0, 0.0)
+                for v in scores:
+                    scored += 1
+                    ewma += (v - ewma) / min(scored, window)
+                self._x(cur, "INSERT INTO key_scores (key_id, scored, score) VALUES (?, ?, ?) ON CONFLICT (key_id) "
+                             "DO UPDATE SET scored = excluded.scored, score = excluded.score", (key_id, scored, ewma))
+            return True
+
+        return self._write(tx)
+
+    def release(self, hold: int | None) -> None:
+        """Drop a hold without charging (the server failed or timed out, not the client)."""
+        if hold is not None:
+            self._write(lambda cur: self._x(cur, "DELETE FROM holds WHERE id = ?", (hold,)))
+
+    # -- reports ----------------------------------------------------------------------------------------------------
+    def used_today(self, key_id: int) -> int:
+        rows = self._read("SELECT queries FROM usage WHERE key_id = ? AND day = ?", (key_id, today()))
+        return int(rows[0][0]) if rows else 0
 
     def usage(self, key_id: int | None = None) -> dict[int, dict]:
         """Per key: queries and requests over all days, and audit rows."""
-        with self.lock:
-            q = self.db.execute("SELECT key_id, SUM(queries), SUM(requests) FROM usage GROUP BY key_id").fetchall()
-            a = self.db.execute("SELECT key_id, COUNT(*) FROM audit GROUP BY key_id").fetchall()
-        out = {k: {"queries": n, "requests": r, "audit_rows": 0} for k, n, r in q}
+        q = self._read("SELECT key_id, SUM(queries), SUM(requests) FROM usage GROUP BY key_id")
+        a = self._read("SELECT key_id, COUNT(*) FROM audit GROUP BY key_id")
+        out = {int(k): {"queries": int(n), "requests": int(r), "audit_rows": 0} for k, n, r in q}
         for k, n in a:
-            out.setdefault(k, {"queries": 0, "requests": 0, "audit_rows": 0})["audit_rows"] = n
+            out.setdefault(int(k), {"queries": 0, "requests": 0, "audit_rows": 0})["audit_rows"] = int(n)
         return {k: v for k, v in out.items() if key_id is None or k == key_id}
 
     def audit_scores(self, key_id: int, last: int | None = None) -> list[float]:
@@ -204,27 +312,50 @@ class Store:
         if last:
             sql += " LIMIT ?"
             params = (key_id, last)
-        with self.lock:
-            rows = self.db.execute(sql, params).fetchall()
-        return [r[0] for r in reversed(rows)]
+        return [float(r[0]) for r in reversed(self._read(sql, params))]
+
+    def audit_outcomes(self, key_id: int) -> dict[str, int]:
+        return {str(o): int(n) for o, n in self._read("SELECT outcome, COUNT(*) FROM audit WHERE key_id = ? "
+                                                      "GROUP BY outcome", (key_id,))}
+
+    def key_score(self, key_id: int) -> tuple[int, float]:
+        """(scored queries, moving-average detector score) of a key."""
+        rows = self._read("SELECT scored, score FROM key_scores WHERE key_id = ?", (key_id,))
+        return (int(rows[0][0]), float(rows[0][1])) if rows else (0, 0.0)
 
     def watermarks(self, key_id: int | None = None) -> list[WatermarkRow]:
-        sql = "SELECT kind, text, text_pair, true_label, given_label FROM watermark"
+        sql = "SELECT kind, query_hash, true_label, given_label FROM marks"
         params: tuple = ()
         if key_id is not None:
             sql += " WHERE key_id = ?"
             params = (key_id,)
-        with self.lock:
-            rows = self.db.execute(sql + " ORDER BY id", params).fetchall()
-        return [WatermarkRow(*r) for r in rows]
+        return [WatermarkRow(*r) for r in self._read(sql + " ORDER BY id", params)]
 
-    # ------------------------------------------------------------------------------------------ secrets
+    # -- secrets ----------------------------------------------------------------------------------------------------
     def secret(self, name: str) -> bytes:
-        """A persistent random secret (created on first use), e.g. for choosing watermarked queries."""
-        with self.lock:
-            row = self.db.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()
-            if row is None:
-                value = secrets.token_hex(32)
-                self.db.execute("INSERT OR IGNORE INTO secrets (name, value) VALUES (?, ?)", (name, value))
-                row = self.db.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()
-        return bytes.fromhex(row[0])
+        """A persistent random secret (created on first use, the same for every replica)."""
+
+        def tx(cur):
+            self._x(cur, "INSERT INTO secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+                    (name, secrets.token_hex(32)))
+            return self._x(cur, "SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()[0]
+
+        return bytes.fromhex(self._write(tx))
+
+
+
+def open_store(spec: str | None = None, busy_timeout: float = 2.0) -> Store:
+    """The store named by ``spec`` (``--state``), else ``$PTMLAB_STATE``, else SQLite under ``$PTMLAB_HOME``.
+
+    ``postgresql://...`` (or ``postgres://``) opens PostgreSQL; anything else is a directory for ``state.db``.
+    """
+    spec = spec or os.environ.get("PTMLAB_STATE") or ""
+    if not math.isfinite(busy_timeout) or busy_timeout <= 0:
+        raise PtmlabError(f"--state-timeout must be a positive number of seconds, got {busy_timeout}")
+    if spec.startswith(("postgresql://", "postgres://")):
+        from ptmlab.serve.state_postgres import PostgresStore
+
+        return PostgresStore(spec, busy_timeout)
+    from ptmlab.serve.state_sqlite import SqliteStore
+
+    return SqliteStore(spec or None, busy_timeout)

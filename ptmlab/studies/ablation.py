@@ -14,11 +14,11 @@ import numpy as np
 
 from ptmlab.core.config import opt
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import default_task, finetune_variant, parse_study_args, write_study
+from ptmlab.studies.common import StudyArgs, finetune_variant, parse_study_args, write_study
 
 
-@dataclass
-class AblationStudyArgs:
+@dataclass(frozen=True)
+class AblationStudyArgs(StudyArgs):
     model: str = opt("minilm", "fine-tuned run directory, or a zoo model to fine-tune first")
     task: str = opt("", "task (default: sst2 when GLUE data is present, else tweets)")
     glue_dir: str | None = opt(None, "GLUE directory")
@@ -46,15 +46,11 @@ def fine_tuned_model(a, out: Path) -> str:
 def _table(a, kind: str):
     from ptmlab.analysis.ablation import head_ablation, layer_ablation
     from ptmlab.analysis.taskdata import load_analysis_input
-    from ptmlab.train.args import DataArgs
     from ptmlab.train.evaluate import resolve_precision
 
-    a.task = a.task or default_task()
     out = Path(a.output)
     model = fine_tuned_model(a, out)
-    data = DataArgs(task=a.task, glue_dir=a.glue_dir, max_eval=a.max_eval or None, max_length=a.max_length)
-    data.split, data.seed = "dev", a.seed
-    inp = load_analysis_input(model, data)
+    inp = load_analysis_input(model, a, split="dev")
     fn = head_ablation if kind == "head" else layer_ablation
     return fn(inp.model, inp.enc, inp.spec, inp.pad_id, 128, resolve_precision("auto")), out
 

@@ -7,6 +7,7 @@ and commonsense ones hardly at all.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,13 +16,13 @@ import numpy as np
 from ptmlab.analysis.anomaly import DEFAULT_TEXT_DIR
 from ptmlab.core.config import opt
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import parse_study_args, write_study
+from ptmlab.studies.common import StudyBase, parse_study_args, write_study
 
 SHARED = DEFAULT_TEXT_DIR.parent
 
 
-@dataclass
-class AnomalyStudyArgs:
+@dataclass(frozen=True)
+class AnomalyStudyArgs(StudyBase):
     model: str = opt("minilm", "zoo name or model directory")
     blimp: str = opt(str(SHARED / "blimp"), "BLiMP folder")
     anomaly_sets: str = opt(str(SHARED / "anomaly"), "psycholinguistic sets folder")
@@ -62,11 +63,11 @@ def run(argv: list[str]) -> int:
     from ptmlab.core.rundir import RunDir
 
     a = parse_study_args("anomaly", AnomalyStudyArgs, argv, __doc__)
-    a.blimp = a.blimp if Path(a.blimp).exists() else None
-    a.anomaly_sets = a.anomaly_sets if Path(a.anomaly_sets).exists() else None
     out = Path(a.output)
     analysis = out / "analysis"
-    a.output = str(analysis)
+    a = dataclasses.replace(a, blimp=a.blimp if Path(a.blimp).exists() else None,
+                            anomaly_sets=a.anomaly_sets if Path(a.anomaly_sets).exists() else None,
+                            output=str(analysis))
     s = run_anomaly_analysis(a, lambda: RunDir.create(analysis, True))
     rows = [{"group": "all", **{f"layer {i}": v for i, v in enumerate(s["per_layer"])}}] if "per_layer" in s else []
     rows += [{"group": k, **{f"layer {i}": v for i, v in enumerate(vals)}} for k, vals in s.get("per_field",

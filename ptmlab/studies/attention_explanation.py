@@ -17,11 +17,11 @@ import numpy as np
 from ptmlab.core.config import opt
 from ptmlab.studies import STUDIES
 from ptmlab.studies.ablation import fine_tuned_model
-from ptmlab.studies.common import default_task, parse_study_args, write_study
+from ptmlab.studies.common import StudyArgs, parse_study_args, write_study
 
 
-@dataclass
-class ExplanationStudyArgs:
+@dataclass(frozen=True)
+class ExplanationStudyArgs(StudyArgs):
     model: str = opt("minilm", "fine-tuned run directory, or a zoo model to fine-tune first")
     task: str = opt("", "task (default: sst2 when GLUE data is present, else tweets)")
     glue_dir: str | None = opt(None, "GLUE directory")
@@ -41,15 +41,11 @@ def run(argv: list[str]) -> int:
     from ptmlab.analysis import plots
     from ptmlab.analysis.explanation import explain
     from ptmlab.analysis.taskdata import load_analysis_input
-    from ptmlab.train.args import DataArgs
 
     a = parse_study_args("attention-explanation", ExplanationStudyArgs, argv, __doc__)
-    a.task = a.task or default_task()
     out = Path(a.output)
     model = fine_tuned_model(a, out)
-    data = DataArgs(task=a.task, glue_dir=a.glue_dir, max_eval=a.max_eval or None, max_length=a.max_length)
-    data.split, data.seed = "dev", a.seed
-    inp = load_analysis_input(model, data, attn_implementation="eager")
+    inp = load_analysis_input(model, a, attn_implementation="eager", split="dev")
     res = [asdict(r) for r in explain(inp.model, inp.enc, set(inp.tokenizer.all_special_ids), a.permutations,
                                       a.seed)]
     keys = ("tau_last_grad", "tau_last_loo", "tau_mean_grad", "tau_mean_loo", "tau_grad_loo")

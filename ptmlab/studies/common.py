@@ -1,38 +1,92 @@
-"""What every study shares: argument parsing from a dataclass, running fine-tuning variants, writing results."""
+"""What every study shares: its options (``StudyBase`` / ``StudyArgs``, with ``--budget small`` presets), turning
+them into a command's config through the one validating builder, running fine-tuning variants, writing results."""
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import add_config_args, build_config, resolve_config
+from ptmlab.core.config import add_config_args, build_config, load_yaml, opt
 from ptmlab.core.io import atomic_write_json
 from ptmlab.report.html import Report
+from ptmlab.report.table import print_table
+from ptmlab.train.args import DataArgs, ModelArgs, TrainArgs
+
+BUDGETS = ("small", "default", "full")
 
 
-def parse_study_args(name: str, cls, argv: list[str], description: str = ""):
-    from ptmlab.cli import _Parser
+@dataclass(frozen=True)
+class StudyBase:
+    """Options of every study: where it writes, whether finished parts are redone, and its budget."""
 
-    p = _Parser(prog=f"ptmlab study {name}", description=description)
-    p.add_argument("--config", help="YAML file with options")
+    budget: str = opt("default", "small: minutes on the tiny model and small subsets (tests, CI); default: the "
+                                 "study's own sizes; full: the real experiment", choices=list(BUDGETS))
+    output: str = opt("runs/study", "output directory")
+    overwrite: bool = opt(False, "rerun variants that already finished")
+
+
+@dataclass(frozen=True)
+class StudyArgs(TrainArgs, DataArgs, ModelArgs, StudyBase):
+    """A study that fine-tunes: the training and data options of ``ptmlab finetune`` with study defaults (an
+    empty ``task`` means sst2 when the GLUE data is present, else the built-in tweets)."""
+
+    task: str = opt("", "task (default: sst2 when GLUE data is present, else tweets)")
+    max_train: int | None = opt(2000, "training examples")
+    max_eval: int | None = opt(500, "dev examples (0: all)")
+    max_length: int = opt(64, "max tokens")
+    epochs: float = opt(1.0, "epochs of every fine-tuning (the same budget for every variant)")
+    seed: int = opt(0, "seed")
+    test: bool = opt(False, "also evaluate fine-tuned variants on the test split")
+
+    def validate(self) -> None:
+        self.validate_data()
+        self.validate_train()
+
+
+def parse_study_args(name: str, cls, argv: list[str], description: str = "", small: dict | None = None):
+    """A study's options: defaults < ``small`` preset (with ``--budget small``) < ``--config`` YAML < flags.
+
+    Every study config goes through ``build_config`` (validation included); an empty ``task`` is filled in."""
+    import argparse
+
+    from ptmlab.core.cli_parser import ArgParser
+
+    p = ArgParser(prog=f"ptmlab study {name}", description=description,
+                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", help="YAML file with options (flags override it)")
     add_config_args(p, cls)
     args = p.parse_args(argv)
-    return resolve_config(cls, args, args.config)
+    given = dict(load_yaml(args.config)) if args.config else {}
+    known = {f.name for f in dataclasses.fields(cls)}
+    given.update({k: v for k, v in vars(args).items() if k in known})
+    values = {}
+    if given.get("budget") == "small":
+        values.update({k: v for k, v in (small or {}).items() if k in known})
+    values.update(given)
+    if "task" in known and not values.get("task"):
+        values["task"] = default_task()
+    return build_config(cls, values, source=f"config '{args.config}'" if args.config else "options")
+
+
+def command_config(a, cls, **overrides):
+    """A command's config (``FinetuneConfig``, ``PruneConfig``, ``DistillConfig``, ...) from a study's options:
+    the fields both declare, then ``overrides``; validated by the one builder."""
+    values = {f.name: getattr(a, f.name) for f in dataclasses.fields(cls) if hasattr(a, f.name)}
+    values["overwrite"] = True
+    values.update(overrides)
+    return build_config(cls, values, source="study")
 
 
 def finetune_variant(base, out_dir: Path, **overrides) -> dict:
-    """Fine-tune one variant of a study into ``out_dir/<name>``; reuses a finished variant's summary."""
+    """Fine-tune one variant of a study into ``out_dir``; reuses a finished variant's summary."""
     from ptmlab.core.rundir import RunDir
     from ptmlab.train.args import FinetuneConfig
     from ptmlab.train.finetune import run_finetune
 
-    values = {f.name: getattr(base, f.name) for f in dataclasses.fields(FinetuneConfig) if hasattr(base, f.name)}
-    values.update(overrides)
-    values["output"] = str(out_dir)
     if (out_dir / "summary.json").is_file() and not getattr(base, "overwrite", False):
         return RunDir(out_dir).summary()
-    values["overwrite"] = True
-    cfg = build_config(FinetuneConfig, values, source="study")
+    cfg = command_config(base, FinetuneConfig, output=str(out_dir), **overrides)
     return run_finetune(cfg, command="study")
 
 
@@ -49,27 +103,6 @@ def write_study(out: Path, title: str, rows: list[dict], verdict: str, figures=(
     print_table(rows, columns)
     print(f"\nverdict: {verdict}")
     print(f"report: {out / 'report.html'}")
-
-
-def print_table(rows: list[dict], columns: list[str] | None = None) -> None:
-    if not rows:
-        return
-    columns = columns or list(rows[0].keys())
-
-    def fmt(v):
-        if v is None:
-            return "-"
-        if isinstance(v, float):
-            return f"{v:.4f}" if abs(v) < 100 else f"{v:,.0f}"
-        if isinstance(v, int):
-            return f"{v:,}"
-        return str(v)
-
-    cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
-    for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
 
 
 def default_task() -> str:

@@ -4,17 +4,16 @@ compression table uses (``ptmlab.compress.measure``)."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import build_config, opt
+from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
-from ptmlab.train.args import DataArgs
+from ptmlab.studies.common import StudyArgs, command_config
 
 
-@dataclass
-class CompressStudyArgs(DataArgs):
+@dataclass(frozen=True)
+class CompressStudyArgs(StudyArgs):
     model: str = opt("minilm", "fine-tuned run directory, or a zoo model fine-tuned first (into OUTPUT/finetuned)")
     task: str = opt("", "task (default: sst2 when GLUE data is present, else tweets)")
     max_train: int | None = opt(2000, "training examples of every fine-tuning")
@@ -33,7 +32,7 @@ class CompressStudyArgs(DataArgs):
     def validate(self) -> None:
         from ptmlab.compress.importance import IMPORTANCE
 
-        self.validate_data()
+        super().validate()
         IMPORTANCE.get(self.importance)
         if not self.epochs > 0:
             raise PtmlabError(f"--epochs must be positive, got {self.epochs}")
@@ -48,10 +47,8 @@ def start(a: CompressStudyArgs) -> tuple[Path, str]:
     """The output folder and the fine-tuned model every variant starts from (fine-tuned here if needed)."""
     from ptmlab.core.seed import configure_threads
     from ptmlab.studies.ablation import fine_tuned_model
-    from ptmlab.studies.common import default_task
 
     configure_threads()  # every row is timed with the thread count the commands inside set
-    a.task = a.task or default_task()
     out = Path(a.output)
     return out, fine_tuned_model(a, out)
 
@@ -73,14 +70,6 @@ def parse_ratios(values: list[str], name: str = "ratios") -> list[float]:
     return sorted(set(out))
 
 
-def study_config(a, cls, **overrides):
-    """A command's config (``PruneConfig``, ``GhostConfig``, ``DistillConfig``, ...) from the study's options."""
-    values = {f.name: getattr(a, f.name) for f in dataclasses.fields(cls) if hasattr(a, f.name)}
-    values.update(test=False, overwrite=True)
-    values.update(overrides)
-    return build_config(cls, values, source="study")
-
-
 def once(a, out: Path, fn) -> dict:
     """``fn()`` writes a run into ``out``; a finished run (summary.json) is reused unless ``--overwrite``."""
     from ptmlab.core.rundir import RunDir
@@ -94,7 +83,7 @@ def prune_run(a, model: str, out: Path, **target) -> dict:
     """``ptmlab prune`` (no recovery) into ``out``: heads/ffn/params fractions of ``model``."""
     from ptmlab.compress.prune import PruneConfig, run_prune
 
-    return once(a, out, lambda: run_prune(study_config(a, PruneConfig, model=model, output=str(out),
+    return once(a, out, lambda: run_prune(command_config(a, PruneConfig, model=model, output=str(out),
                                                        recover_epochs=0.0, **target)))
 
 
@@ -103,7 +92,7 @@ def change_run(a, verb: str, model: str, out: Path, **options) -> dict:
     from ptmlab.compress.transform import CHANGES, run_change
 
     cls, change = CHANGES[verb]
-    return once(a, out, lambda: run_change(study_config(a, cls, model=model, output=str(out),
+    return once(a, out, lambda: run_change(command_config(a, cls, model=model, output=str(out),
                                                         recover_epochs=a.epochs, **options), change, verb))
 
 
@@ -112,9 +101,8 @@ def measurer(a, tokenizer):
     from ptmlab.compress.measure import Measurer
     from ptmlab.train.args import FinetuneConfig
 
-    cfg = study_config(a, FinetuneConfig, model="tiny", output=None)
-    cfg.latency_repeats = a.latency_repeats
-    return Measurer(cfg, tokenizer)
+    cfg = command_config(a, FinetuneConfig, model="tiny", output=None)
+    return Measurer(cfg, tokenizer, a.latency_repeats)
 
 
 def measure_run(meas, name: str, run: str | Path, **extra) -> dict:

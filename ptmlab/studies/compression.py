@@ -23,13 +23,13 @@ from pathlib import Path
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import parse_study_args, write_study
+from ptmlab.studies.common import command_config, parse_study_args, write_study
 from ptmlab.studies.compress_common import CompressStudyArgs
 
 METHODS = ("prune", "lowrank", "share", "distill", "torch-int8", "onnx-int8")
 
 
-@dataclass
+@dataclass(frozen=True)
 class CompressionStudyArgs(CompressStudyArgs):
     methods: list[str] = opt(list(METHODS), "methods: prune, lowrank, share, distill, torch-int8, onnx-int8")
     keep: float = opt(0.5, "share of the transformer layers' parameters each method keeps, in (0, 1)")
@@ -87,7 +87,7 @@ def run(argv: list[str]) -> int:
     from ptmlab.models.latency import parameter_count, size_on_disk_mb
     from ptmlab.models.structure import structure_of
     from ptmlab.models.zoo import load_model, load_tokenizer
-    from ptmlab.studies.compress_common import change_run, measure_run, measurer, once, start, study_config
+    from ptmlab.studies.compress_common import change_run, measure_run, measurer, once, start
 
     a = parse_study_args("compression", CompressionStudyArgs, argv, __doc__)
     out, ft = start(a)
@@ -103,7 +103,7 @@ def run(argv: list[str]) -> int:
             from ptmlab.compress.prune import PruneConfig, run_prune
 
             frac = (1 - a.keep) * in_layers / total
-            cfg = study_config(a, PruneConfig, model=ft, output=str(run_dir), params=frac, recover_epochs=a.epochs)
+            cfg = command_config(a, PruneConfig, model=ft, output=str(run_dir), params=frac, recover_epochs=a.epochs)
             once(a, run_dir, lambda cfg=cfg: run_prune(cfg))
             rows.append(measure_run(meas, f"pruned heads+FFN ({frac:.1%} of all params)", run_dir,
                                     budget=f"keep {a.keep:g} of layer params"))
@@ -120,7 +120,7 @@ def run(argv: list[str]) -> int:
             from ptmlab.distill.config import DistillConfig
             from ptmlab.distill.pipeline import run_distill
 
-            cfg = study_config(a, DistillConfig, teacher=ft, student=f"layers:{k}", losses=["soft_ce"],
+            cfg = command_config(a, DistillConfig, teacher=ft, student=f"layers:{k}", losses=["soft_ce"],
                                output=str(run_dir))
             once(a, run_dir, lambda cfg=cfg: run_distill(cfg, command="study"))
             rows.append(measure_run(meas, f"distilled (layers:{k}, soft_ce)", run_dir,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ptmlab.core.config import opt
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import default_task, parse_study_args, write_study
+from ptmlab.studies.common import StudyArgs, parse_study_args, write_study
 
 METHODS = {
     "soft_ce": dict(losses=["soft_ce"]),
@@ -21,8 +21,8 @@ METHODS = {
 }
 
 
-@dataclass
-class DistillationStudyArgs:
+@dataclass(frozen=True)
+class DistillationStudyArgs(StudyArgs):
     teacher: str = opt("", "teacher run directory (default: fine-tune minilm on the task first, into OUTPUT/teacher)")
     task: str = opt("", "task (default: sst2 when GLUE data is present, else tweets)")
     glue_dir: str | None = opt(None, "GLUE directory")
@@ -79,7 +79,6 @@ def run(argv: list[str]) -> int:
     from ptmlab.report.plots import bar_plot
 
     a = parse_study_args("distillation", DistillationStudyArgs, argv, __doc__)
-    a.task = a.task or default_task()
     bad = [m for m in a.methods if m != "none" and m not in METHODS]
     if bad:
         raise PtmlabError(f"unknown method '{bad[0]}': choose from none, {', '.join(METHODS)}")

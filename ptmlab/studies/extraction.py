@@ -4,7 +4,10 @@ users?
 
 The victim is served in-process on 127.0.0.1; every attack goes through the real API (keys, policies, audit).
 Defences: label-only output, rounding, a daily budget (the attack stops at it), the query detector over the audit
-log, and watermarking (verified on the copy).
+log, and watermarking (verified on the copy). Adaptive attackers (``ptmlab/studies/extraction_adaptive.py``): a
+vote over query variants against the watermark (``vote``), function-word padding against the detector acting with
+``block`` (``padded``), and the defences' false alarms on real SST-2 / tweets / review / German text
+(``false-alarms``).
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ from pathlib import Path
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import default_task, parse_study_args, write_study
+from ptmlab.studies.common import parse_study_args, write_study
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExtractionStudyArgs:
     victim: str = opt("", "run directory of the fine-tuned victim (e.g. from `ptmlab finetune`)")
     task: str = opt("", "the victim's task (default: sst2 when GLUE data is present, else tweets)")
@@ -27,8 +30,12 @@ class ExtractionStudyArgs:
     model: str = opt("minilm", "the copy's model")
     strategies: list[str] = opt(["random", "wiki"], "query strategies")
     budgets: list[str] = opt(["250", "500", "1000"], "query budgets (the curve)")
-    defences: list[str] = opt(["label", "rounded:1", "budget", "watermark", "detector"],
-                              "defences measured at the largest budget with RANDOM queries")
+    defences: list[str] = opt(["label", "rounded:1", "budget", "watermark", "detector", "vote", "padded",
+                               "false-alarms"],
+                              "defences measured at the largest budget with RANDOM queries, then the adaptive attacks "
+                              "(vote: variant voting vs the watermark; padded: function-word padding vs the detector "
+                              "with --detector-action block) and the detector's false alarms on real text")
+    false_alarm_texts: int = opt(300, "real texts per source for the false-alarm measurement")
     corpus: str | None = opt(None, "text for WIKI queries (default WikiText-2 in shared data)")
     max_eval: int = opt(500, "dev examples for agreement")
     max_length: int = opt(64, "max tokens")
@@ -65,16 +72,16 @@ def _attack(a, store, out: Path, strategy: str, budget: int, serve_kw: dict | No
 
 @STUDIES.register("extraction", help="Q17: can a served model be copied with random queries? and which defences help")
 def run(argv: list[str]) -> int:
-    from ptmlab.extraction.defences import flag_keys, verify_watermark
-    from ptmlab.serve.state import Store
+    from ptmlab.serve import flag_keys, open_store, verify_watermark
+    from ptmlab.serve.defences import read_queries
+    from ptmlab.studies import extraction_adaptive as adaptive
 
     a = parse_study_args("extraction", ExtractionStudyArgs, argv, __doc__)
     if not a.victim:
         raise PtmlabError("no victim: pass --victim RUN_DIR (a fine-tuned run directory)")
-    a.task = a.task or default_task()
     budgets = sorted(int(b) for b in a.budgets)
     out = Path(a.output)
-    store = Store(out / "state")
+    store = open_store(str(out / "state"))
     rows = []
     for strategy in a.strategies:
         for b in budgets:
@@ -93,7 +100,8 @@ def run(argv: list[str]) -> int:
             rows.append(_row(s, "random", cap, f"daily budget {cap}", f"legitimate users limited to {cap}/day"))
         elif d == "watermark":
             s, _ = _attack(a, store, out / name, "random", top, {"watermark_rate": 0.05})
-            ver = verify_watermark(str(out / name), store, store.resolve_key(name).id)
+            texts, pairs = read_queries(out / name / "queries.json")
+            ver = verify_watermark(str(out / name), store, texts, pairs, store.resolve_key(name).id)
             rows.append(_row(s, "random", top, "watermark 5%", f"5% wrong answers; copy caught: "
                                                                f"{ver['watermarked']} (p={ver['p_value']:.1e})"))
         elif d == "detector":
@@ -101,9 +109,30 @@ def run(argv: list[str]) -> int:
             flags = {r["name"]: r for r in flag_keys(store)}
             rows.append(_row(s, "random", top, "query detector",
                              f"attacker flagged: {flags[name]['flagged']} (score {flags[name]['mean_score']:.2f})"))
+        elif d == "vote":
+            v = adaptive.vote_attack(a.victim, store, max(100, top // 3), a.seed)
+            rows.append(_info_row("vote x3 variants", v["queries"], "watermark 10%",
+                                  f"{v['survived']}/{v['marked']} marks survive the attacker's vote "
+                                  f"({v['survival']:.0%})"))
+        elif d == "padded":
+            try:
+                s, _ = _attack(a, store, out / name, "padded", top, {"detector": True, "detector_action": "block"})
+                rows.append(_row(s, "padded", top, "detector (block)", "attack not blocked"))
+            except PtmlabError as e:
+                kid = store.resolve_key(name).id
+                answered = store.usage(kid).get(kid, {}).get("queries", 0)
+                blocked = "403" in str(e)
+                rows.append(_info_row("padded", top, "detector (block)",
+                                      f"{'blocked' if blocked else 'stopped'} after {answered} answered queries; "
+                                      f"no copy trained"))
+        elif d == "false-alarms":
+            for fa in adaptive.false_alarms(a.victim, store, a.false_alarm_texts, a.seed):
+                rows.append(_info_row(f"legitimate {fa['source']}", fa["texts"], "query detector",
+                                      f"false alarms: {fa['over_threshold']:.1%} of {fa['scored']} scored texts over "
+                                      f"0.5 (mean {fa['mean_score']:.2f}); key flagged: {fa['flagged']}"))
         else:
             raise PtmlabError(f"unknown defence '{d}': choose from label, rounded:1, rounded:2, budget, watermark, "
-                              f"detector")
+                              f"detector, vote, padded, false-alarms")
     verdict = _verdict(rows, top)
     write_study(out, f"Study: model extraction ({a.model} copy of {a.victim} on {a.task})", rows, verdict,
                 [(_curve_plot(rows), "agreement_curve", "agreement with the victim against the query budget")])
@@ -117,6 +146,12 @@ def _row(s: dict, strategy: str, budget: int, defence: str, cost: str) -> dict:
             "soft_labels": s["soft_labels"], "cost_to_users": cost}
 
 
+def _info_row(strategy: str, budget: int, defence: str, cost: str) -> dict:
+    """A row without a trained copy (adaptive attacks on the defences, false alarms)."""
+    return {"strategy": strategy, "budget": budget, "defence": defence, "agreement": None, "soft_labels": None,
+            "cost_to_users": cost}
+
+
 def _verdict(rows: list[dict], top: int) -> str:
     base = [r for r in rows if r["defence"] == "none" and r["strategy"] == "random" and r["budget"] == top]
     if not base:
@@ -125,8 +160,10 @@ def _verdict(rows: list[dict], top: int) -> str:
     claim = "holds" if agree >= 0.9 else "does not hold at this budget"
     parts = [f"RANDOM queries ({top}) copy the victim to {agree:.1%} agreement: the >90% claim {claim}"]
     for r in rows:
-        if r["defence"] != "none":
+        if r["defence"] != "none" and r["agreement"] is not None:
             parts.append(f"{r['defence']}: {r['agreement']:.1%} ({r['agreement'] - agree:+.1%})")
+        elif r["defence"] != "none":
+            parts.append(f"{r['strategy']} vs {r['defence']}: {r['cost_to_users']}")
     return "; ".join(parts) + "."
 
 

@@ -17,7 +17,7 @@ from ptmlab.studies.common import parse_study_args, write_study
 from ptmlab.studies.compress_common import CompressStudyArgs
 
 
-@dataclass
+@dataclass(frozen=True)
 class GhostStudyArgs(CompressStudyArgs):
     heads: float = opt(0.5, "fraction of attention heads pruned, in [0, 1)")
     ffn: float = opt(0.5, "fraction of FFN neurons pruned in every layer, in [0, 1)")

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from ptmlab.core.config import opt
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import finetune_variant, parse_study_args, write_study
+from ptmlab.studies.common import StudyArgs, finetune_variant, parse_study_args, write_study
 
 
-@dataclass
-class RandomInitArgs:
+@dataclass(frozen=True)
+class RandomInitArgs(StudyArgs):
     model: str = opt("minilm", "zoo model (its config gives the random-init architecture)")
     tasks: list[str] = opt(["sst2", "mrpc", "rte", "cola", "stsb"], "GLUE tasks (those without data are skipped)")
     glue_dir: str | None = opt(None, "GLUE directory")

@@ -18,7 +18,7 @@ from ptmlab.studies.common import parse_study_args, write_study
 from ptmlab.studies.compress_common import CompressStudyArgs
 
 
-@dataclass
+@dataclass(frozen=True)
 class SuperTicketsArgs(CompressStudyArgs):
     ratios: list[str] = opt(["0", "0.1", "0.2", "0.3", "0.4", "0.5"], "fractions of heads and FFN neurons removed "
                                                                        "together, each in [0, 1)")
@@ -67,12 +67,12 @@ def run(argv: list[str]) -> int:
     from ptmlab.compress.targets import ffn_mask, head_mask
     from ptmlab.data.encode import encode_split
     from ptmlab.data.loaders import subset
+    from ptmlab.data.taskdata import label_names, load_task_data
     from ptmlab.models.latency import parameter_count
     from ptmlab.models.loader import save_model
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.studies.common import finetune_variant
     from ptmlab.studies.compress_common import parse_ratios, start
-    from ptmlab.train.finetune import label_names, load_task_data
 
     a = parse_study_args("super-tickets", SuperTicketsArgs, argv, __doc__)
     ratios = parse_ratios(a.ratios)

@@ -16,11 +16,11 @@ from pathlib import Path
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import parse_study_args, write_study
+from ptmlab.studies.common import StudyBase, parse_study_args, write_study
 
 
-@dataclass
-class TokenizersArgs:
+@dataclass(frozen=True)
+class TokenizersArgs(StudyBase):
     files: list[str] = opt(["en=multi30k:en", "de=multi30k:de"], "training text per language, LANG=SOURCE")
     eval: list[str] = opt(["en=tatoeba:en", "de=tatoeba:de"], "held-out text per language, LANG=SOURCE")
     types: list[str] = opt(["bpe", "wordpiece", "unigram"], "tokenizer types to train")

@@ -12,13 +12,13 @@ from pathlib import Path
 
 from ptmlab.core.config import opt
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import default_task, finetune_variant, parse_study_args, write_study
+from ptmlab.studies.common import StudyArgs, finetune_variant, parse_study_args, write_study
 
 LRS = {"full": 5e-5, "gradual-unfreeze": 5e-5, "ulmfit": 5e-5, "frozen": 1e-3, "adapter": 1e-3, "lora": 5e-4}
 
 
-@dataclass
-class UnfreezingArgs:
+@dataclass(frozen=True)
+class UnfreezingArgs(StudyArgs):
     model: str = opt("minilm", "model to fine-tune")
     task: str = opt("", "task (default: sst2 when GLUE data is present, else tweets)")
     glue_dir: str | None = opt(None, "GLUE directory")
@@ -37,7 +37,6 @@ class UnfreezingArgs:
 @STUDIES.register("unfreezing", help="Q7: is gradual unfreezing needed? full vs frozen vs ULMFiT vs adapters vs LoRA")
 def run(argv: list[str]) -> int:
     a = parse_study_args("unfreezing", UnfreezingArgs, argv, __doc__)
-    a.task = a.task or default_task()
     out = Path(a.output)
     rows = []
     for s in a.strategies:

@@ -12,14 +12,14 @@ from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelArgs:
     model: str = opt("minilm", "zoo name (minilm, mpnet, tiny), model directory, run directory or hub id")
     dropout: float | None = opt(None, "override the model's dropout probabilities (0 disables dropout)")
     random_init: bool = opt(False, "same architecture with fresh random weights instead of the pretrained ones")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataArgs:
     task: str = opt("tweets", "task name (cola sst2 mrpc stsb rte wnli tweets), a name for --train-file data, "
                               "or hf:NAME[:CONFIG]")
@@ -45,7 +45,7 @@ class DataArgs:
                 raise PtmlabError(f"--{name.replace('_', '-')} must be >= 0, got {v}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainArgs:
     output: str | None = opt(None, "run directory to create")
     epochs: float = opt(3.0, "training epochs (fractions allowed)")
@@ -105,7 +105,7 @@ class TrainArgs:
             STRATEGIES.get(s)
 
 
-@dataclass
+@dataclass(frozen=True)
 class FinetuneConfig(TrainArgs, DataArgs, ModelArgs):  # flags list model, then data, then training
     def validate(self) -> None:
         self.validate_data()

@@ -1,0 +1,165 @@
+"""Benchmark: forward latency and peak memory vs length for eager, sdpa and window attention (Q10/Q11 cost claims).
+
+A MiniLM-shaped BERT (6 layers, hidden 384, 12 heads; random weights) runs batch-1 forward passes at 512 ... 16k
+tokens with transformers' eager attention (n x n scores), sdpa (PyTorch's fused full attention) and ptmlab's
+``ptmlab_window`` (sliding window of --window tokens + [CLS] global, blockwise), in fp32 and bf16, side by side in
+one process with the same weights, input and threads; each cell is the best of --reps passes (other processes
+share this machine's CPUs, so the best pass is the least disturbed one). On CUDA, PyTorch FlexAttention with a
+sliding-window + global block mask is added as the GPU baseline (``flex``). Fitted growth exponents (log-log slope
+over 1k-16k) and the sdpa/window latency ratio at 8k are written to benchmarks/results/long_attention[_cuda].json
+with a plot beside it. Eager is skipped where its n x n score tensors would exceed --eager-max-gb (said in the JSON).
+
+    python benchmarks/long_attention.py [--device cpu|cuda] [--lengths 512,1024,...] [--dtypes fp32,bf16]
+"""
+
+from __future__ import annotations
+
+# isort: off
+from _env import ROOT  # first: offline defaults before anything imports transformers
+# isort: on
+
+import argparse
+import json
+import os
+import platform
+
+TARGETS = {"window_exponent_max": 1.15, "speedup_vs_sdpa_at_8k_min": 3.0}
+
+
+def _register_flex(model, length: int, window: int, global_tokens: list[int], device: str) -> None:
+    """An attention entry running FlexAttention with a sliding-window + global block mask (CUDA baseline)."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    half = window // 2
+    glob = torch.zeros(length, dtype=torch.bool, device=device)
+    glob[global_tokens] = True
+
+    def mask_mod(b, h, q, kv):
+        return ((q - kv).abs() <= half) | glob[q] | glob[kv]
+
+    block_mask = create_block_mask(mask_mod, 1, None, length, length, device=device)
+    compiled = torch.compile(flex_attention)
+
+    def forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
+        out = compiled(query, key, value, block_mask=block_mask, scale=scaling)
+        return out.transpose(1, 2).contiguous(), None
+
+    AttentionInterface.register("bench_flex", forward)
+    AttentionMaskInterface.register("bench_flex", lambda **kw: None)
+    model.set_attn_implementation("bench_flex")
+
+
+def main() -> int:
+    import torch
+
+    from ptmlab.core.io import atomic_write_json
+    from ptmlab.longseq.cost import (growth_exponent, measure_forward, measure_peak_memory, minilm_shaped_model,
+                                     scaling_plot)
+    from ptmlab.report.html import fig_to_png
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--lengths", default="512,1024,2048,4096,8192,16384")
+    p.add_argument("--dtypes", default="fp32,bf16")
+    p.add_argument("--impls", default="eager,sdpa,window", help="add flex on CUDA (added by default there)")
+    p.add_argument("--window", type=int, default=256)
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--eager-max-gb", type=float, default=6.0, help="skip eager where its score tensors exceed this")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: OMP_NUM_THREADS or all cores)")
+    p.add_argument("--out", default=None)
+    a = p.parse_args()
+
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda but no CUDA device is available")
+    threads = a.threads or int(os.environ.get("OMP_NUM_THREADS", 0)) or len(os.sched_getaffinity(0))
+    torch.set_num_threads(threads)
+    lengths = [int(x) for x in a.lengths.split(",")]
+    dtypes = [d.strip() for d in a.dtypes.split(",")]
+    impls = [i.strip() for i in a.impls.split(",")]
+    if a.device.startswith("cuda") and "flex" not in impls:
+        impls.append("flex")
+    names = {"eager": "eager", "sdpa": "sdpa", "window": "ptmlab_window"}
+    model = minilm_shaped_model(max(lengths), window=a.window).to(a.device)
+    rows = []
+    for phase in ("latency", "memory"):  # memory last: measuring it slows the allocator (see cost.py)
+        for dtype in dtypes:
+            model.to(torch.bfloat16 if dtype == "bf16" else torch.float32)
+            warmed: set[str] = set()
+            for n in lengths:
+                for impl in impls:
+                    row = next((r for r in rows if (r["impl"], r["dtype"], r["length"]) == (impl, dtype, n)), None)
+                    if row is None:
+                        row = {"impl": impl, "dtype": dtype, "length": n, "latency_s": None, "peak_mb": None}
+                        rows.append(row)
+                    scores_gb = 12 * n * n * (2 if dtype == "bf16" else 4) * 2 / 2**30  # scores + probabilities
+                    if impl == "eager" and scores_gb > a.eager_max_gb:
+                        row["skipped"] = f"eager needs ~{scores_gb:.1f} GB for n x n scores (> --eager-max-gb)"
+                        continue
+                    if impl == "flex":
+                        _register_flex(model, n, a.window, [0], a.device)
+                    else:
+                        model.set_attn_implementation(names[impl])
+                    if phase == "latency":
+                        key = f"{impl}-{n}" if impl == "flex" else impl
+                        row["latency_s"] = measure_forward(model, n, a.device, reps=a.reps,
+                                                           warmup=key not in warmed or n <= 2048)
+                        warmed.add(key)
+                    else:
+                        row["peak_mb"] = measure_peak_memory(model, n, a.device)
+                    print(f"{phase} {dtype} {n:>6} {impl:>7}: {row['latency_s']:.3f} s"
+                          + (f", peak +{row['peak_mb'] or 0:.0f} MiB" if phase == "memory" else ""), flush=True)
+    summary = {}
+    for dtype in dtypes:
+        for impl in impls:
+            sel = sorted((r["length"], r["latency_s"], r["peak_mb"]) for r in rows
+                         if r["impl"] == impl and r["dtype"] == dtype)
+            ls = [s[0] for s in sel]
+            summary[f"{impl}_{dtype}"] = {
+                "latency_exponent_1k_16k": growth_exponent(ls, [s[1] for s in sel]),
+                "memory_exponent_1k_16k": growth_exponent(ls, [s[2] for s in sel]),
+                "lengths_measured": [s[0] for s in sel if s[1] is not None]}
+
+        def at(impl, n, dtype=dtype):
+            return next((r["latency_s"] for r in rows if r["impl"] == impl and r["dtype"] == dtype
+                         and r["length"] == n), None)
+
+        s8, w8 = at("sdpa", 8192), at("window", 8192)
+        summary[f"speedup_window_vs_sdpa_8k_{dtype}"] = s8 / w8 if s8 and w8 else None
+        if "flex" in impls:
+            f8 = at("flex", 8192)
+            summary[f"speedup_window_vs_flex_8k_{dtype}"] = f8 / w8 if f8 and w8 else None
+    verdict = {}
+    for dtype in dtypes:
+        e = summary[f"window_{dtype}"]["latency_exponent_1k_16k"]
+        r = summary[f"speedup_window_vs_sdpa_8k_{dtype}"]
+        verdict[dtype] = {"window_exponent_ok": None if e is None else e <= TARGETS["window_exponent_max"],
+                          "speedup_8k_ok": None if r is None else r >= TARGETS["speedup_vs_sdpa_at_8k_min"]}
+    suffix = "" if a.device == "cpu" else "_" + a.device.split(":")[0]
+    out = a.out or str(ROOT / "benchmarks" / "results" / f"long_attention{suffix}.json")
+    result = {"benchmark": "long_attention", "device": a.device, "threads": threads, "window": a.window,
+              "global_tokens": [0], "reps": a.reps, "model": "MiniLM-L6-shaped BERT, random weights, batch 1",
+              "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+              "note": "best of reps; the CPU is shared with other processes, so absolute times are noisy",
+              "targets": TARGETS, "summary": summary, "verdict": verdict, "rows": rows}
+    atomic_write_json(out, result)
+    png = out.rsplit(".", 1)[0] + ".png"
+    with open(png, "wb") as f:
+        f.write(fig_to_png(scaling_plot(rows, f"MiniLM-shaped forward, {a.device}, {threads} threads")))
+    print()
+    print(f"{'variant':<16} {'latency exp':>11} {'memory exp':>10}")
+    for k, v in summary.items():
+        if isinstance(v, dict):
+            le, me = v["latency_exponent_1k_16k"], v["memory_exponent_1k_16k"]
+            print(f"{k:<16} {le if le is None else round(le, 2)!s:>11} {me if me is None else round(me, 2)!s:>10}")
+    for k, v in summary.items():
+        if not isinstance(v, dict):
+            print(f"{k}: {v if v is None else round(v, 2)}")
+    print(f"wrote {out} and {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

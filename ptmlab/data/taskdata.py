@@ -1,0 +1,44 @@
+"""A task's data as a command uses it: loaded from the options every data-reading command shares (``DataArgs``),
+with ``--max-train`` / ``--max-eval`` applied and a dev split carved from train when the task has none.
+
+Commands that only evaluate ask for ``need_train=False``: the training split is then left whole and not checked,
+instead of being shrunk by changing the caller's config.
+"""
+
+from __future__ import annotations
+
+import random
+
+from ptmlab.core.errors import PtmlabError
+from ptmlab.data.loaders import TaskData, load_task, subset
+
+
+def load_task_data(cfg, *, need_train: bool = True) -> TaskData:
+    """The task named by ``cfg`` (any config with the ``DataArgs`` fields and ``seed``); never modifies ``cfg``."""
+    data = load_task(cfg.task, cfg.glue_dir, cfg.train_file, cfg.dev_file, cfg.test_file, cfg.text_col,
+                     cfg.text_pair_col, cfg.label_col, cfg.label_kind)
+    seed = getattr(cfg, "seed", 42)
+    if "dev" not in data.splits:
+        train = data.splits["train"]
+        if len(train) < 10:
+            raise PtmlabError(f"the training data has {len(train)} examples and there is no --dev-file: "
+                              f"give a dev file or more data")
+        idx = list(range(len(train)))
+        random.Random(1234).shuffle(idx)
+        cut = max(1, len(idx) // 10)
+        data.splits["dev"] = train.select(idx[:cut])
+        data.splits["train"] = train.select(idx[cut:])
+    if need_train:
+        data.splits["train"] = subset(data.splits["train"], cfg.max_train, seed)
+        if len(data.splits["train"]) == 0:
+            raise PtmlabError("the training split is empty: check --max-train and the data files")
+    data.splits["dev"] = subset(data.splits["dev"], cfg.max_eval, seed)  # the test split stays whole
+    return data
+
+
+def label_names(data: TaskData) -> list[str] | None:
+    """Class names of a classification task (None for regression)."""
+    spec = data.spec
+    if spec.kind == "regression":
+        return None
+    return list(spec.extra.get("label_names") or spec.labels)

@@ -1,0 +1,93 @@
+"""The owner's checks over the server's state: flag keys by the query detector, verify a suspect's watermark.
+
+The store keeps only hashes of the queries it marked, so verification needs the queries themselves from elsewhere:
+a copy's training queries (an extraction run's ``queries.json``), a seized dataset, or any text file, one query per
+line. Each query is hashed as the server hashed it and matched against the records.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ptmlab.core.errors import PtmlabError
+from ptmlab.serve.state import Store, WatermarkRow, text_hash
+
+
+def flag_keys(store: Store, threshold: float = 0.5, last: int = 1000, min_queries: int = 20) -> list[dict]:
+    """Per key: how many of its newest ``last`` queries were scored, their mean score, and whether it is flagged."""
+    if not 0 < threshold < 1:
+        raise PtmlabError(f"--threshold must be in (0, 1), got {threshold}")
+    if last < 1 or min_queries < 1:
+        raise PtmlabError(f"--last and --min-queries must be >= 1, got {last}, {min_queries}")
+    rows = []
+    for k in store.list_keys():
+        scores = store.audit_scores(k.id, last)
+        mean = sum(scores) / len(scores) if scores else 0.0
+        rows.append({"key_id": k.id, "name": k.name, "scored": len(scores), "mean_score": mean,
+                     "flagged": len(scores) >= min_queries and mean > threshold})
+    return rows
+
+
+def read_queries(path: str | Path) -> tuple[list[str], list[str] | None]:
+    """Queries from an extraction run's ``queries.json`` (or a JSON ``{"texts": [...]}``) or a text file."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "queries.json"
+    if not p.is_file():
+        raise PtmlabError(f"--queries '{path}' is not a file: pass a queries.json or a text file of queries")
+    text = p.read_text(encoding="utf-8", errors="surrogateescape")
+    if p.suffix == ".json":
+        try:
+            d = json.loads(text)
+            return [str(t) for t in d["texts"]], ([str(t) for t in d["text_pairs"]] if d.get("text_pairs") else None)
+        except (ValueError, KeyError, TypeError) as e:
+            raise PtmlabError(f"--queries '{path}' is not a queries.json ({type(e).__name__}): pass a JSON with "
+                              f"\"texts\" or a text file") from None
+    return [line for line in text.splitlines() if line.strip()], None
+
+
+def verify_watermark(model_dir: str, store: Store, texts: list[str], pairs: list[str] | None = None,
+                     key_id: int | None = None, alpha: float = 0.01, batch_size: int = 64) -> dict:
+    """Does the suspect model reproduce the wrong answers the server gave on the marked queries among ``texts``?
+
+    Null hypothesis: the suspect matches a mark only as often as it disagrees with the truth on control queries
+    (answered truthfully). A one-sided binomial test at ``alpha`` decides.
+    """
+    from scipy.stats import binomtest
+
+    from ptmlab.serve.predictor import Predictor
+
+    if not 0 < alpha < 1:
+        raise PtmlabError(f"--alpha must be in (0, 1), got {alpha}")
+    records: dict[str, WatermarkRow] = {r.query_hash: r for r in store.watermarks(key_id)}
+    found: list[tuple[int, WatermarkRow]] = []
+    seen = set()
+    for i, t in enumerate(texts):
+        h = text_hash(t, pairs[i] if pairs is not None else None)
+        if h in records and h not in seen:
+            seen.add(h)
+            found.append((i, records[h]))
+    marks = [(i, r) for i, r in found if r.kind == "mark"]
+    controls = [(i, r) for i, r in found if r.kind == "control"]
+    if len(marks) < 5 or len(controls) < 5:
+        raise PtmlabError(f"only {len(marks)} watermarked and {len(controls)} control queries of the "
+                          f"{len(texts)} given are recorded{' for this key' if key_id is not None else ''}: serve "
+                          f"with --watermark-rate > 0 and pass the queries the suspect was trained on (--queries)")
+    suspect = Predictor(model_dir)
+
+    def labels(rows: list[tuple[int, WatermarkRow]]) -> list[int]:
+        out = []
+        for s in range(0, len(rows), batch_size):
+            idx = [i for i, _ in rows[s:s + batch_size]]
+            probs = suspect.predict([texts[i] for i in idx], [pairs[i] for i in idx] if pairs is not None else None)
+            out.extend(max(range(len(p)), key=p.__getitem__) for p in probs)
+        return out
+
+    matches = sum(p == r.given_label for p, (_, r) in zip(labels(marks), marks, strict=True))
+    disagree = sum(p != r.true_label for p, (_, r) in zip(labels(controls), controls, strict=True))
+    null_rate = (disagree + 1) / (len(controls) + 2)
+    p_value = float(binomtest(matches, len(marks), null_rate, alternative="greater").pvalue)
+    return {"model": model_dir, "marks": len(marks), "mark_matches": matches, "mark_match_rate": matches / len(marks),
+            "controls": len(controls), "control_disagreement": disagree / len(controls), "null_rate": null_rate,
+            "p_value": p_value, "alpha": alpha, "watermarked": p_value < alpha}
