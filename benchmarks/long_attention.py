@@ -19,7 +19,6 @@ from _env import ROOT  # first: offline defaults before anything imports transfo
 # isort: on
 
 import argparse
-import json
 import os
 import platform
 
@@ -56,8 +55,7 @@ def main() -> int:
     import torch
 
     from ptmlab.core.io import atomic_write_json
-    from ptmlab.longseq.cost import (growth_exponent, measure_forward, measure_peak_memory, minilm_shaped_model,
-                                     scaling_plot)
+    from ptmlab.longseq import cost
     from ptmlab.report.html import fig_to_png
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -82,7 +80,7 @@ def main() -> int:
     if a.device.startswith("cuda") and "flex" not in impls:
         impls.append("flex")
     names = {"eager": "eager", "sdpa": "sdpa", "window": "ptmlab_window"}
-    model = minilm_shaped_model(max(lengths), window=a.window).to(a.device)
+    model = cost.minilm_shaped_model(max(lengths), window=a.window).to(a.device)
     rows = []
     for phase in ("latency", "memory"):  # memory last: measuring it slows the allocator (see cost.py)
         for dtype in dtypes:
@@ -104,11 +102,11 @@ def main() -> int:
                         model.set_attn_implementation(names[impl])
                     if phase == "latency":
                         key = f"{impl}-{n}" if impl == "flex" else impl
-                        row["latency_s"] = measure_forward(model, n, a.device, reps=a.reps,
+                        row["latency_s"] = cost.measure_forward(model, n, a.device, reps=a.reps,
                                                            warmup=key not in warmed or n <= 2048)
                         warmed.add(key)
                     else:
-                        row["peak_mb"] = measure_peak_memory(model, n, a.device)
+                        row["peak_mb"] = cost.measure_peak_memory(model, n, a.device)
                     print(f"{phase} {dtype} {n:>6} {impl:>7}: {row['latency_s']:.3f} s"
                           + (f", peak +{row['peak_mb'] or 0:.0f} MiB" if phase == "memory" else ""), flush=True)
     summary = {}
@@ -118,8 +116,8 @@ def main() -> int:
                          if r["impl"] == impl and r["dtype"] == dtype)
             ls = [s[0] for s in sel]
             summary[f"{impl}_{dtype}"] = {
-                "latency_exponent_1k_16k": growth_exponent(ls, [s[1] for s in sel]),
-                "memory_exponent_1k_16k": growth_exponent(ls, [s[2] for s in sel]),
+                "latency_exponent_1k_16k": cost.growth_exponent(ls, [s[1] for s in sel]),
+                "memory_exponent_1k_16k": cost.growth_exponent(ls, [s[2] for s in sel]),
                 "lengths_measured": [s[0] for s in sel if s[1] is not None]}
 
         def at(impl, n, dtype=dtype):
@@ -147,7 +145,7 @@ def main() -> int:
     atomic_write_json(out, result)
     png = out.rsplit(".", 1)[0] + ".png"
     with open(png, "wb") as f:
-        f.write(fig_to_png(scaling_plot(rows, f"MiniLM-shaped forward, {a.device}, {threads} threads")))
+        f.write(fig_to_png(cost.scaling_plot(rows, f"MiniLM-shaped forward, {a.device}, {threads} threads")))
     print()
     print(f"{'variant':<16} {'latency exp':>11} {'memory exp':>10}")
     for k, v in summary.items():

@@ -27,6 +27,8 @@ COMMAND_MODULES = [
     "ptmlab.commands.analyze",
     "ptmlab.commands.compress",
     "ptmlab.commands.distill",
+    "ptmlab.commands.distill_embeddings", "ptmlab.commands.retrieval",
+    "ptmlab.commands.pretrain",
     "ptmlab.commands.serve", "ptmlab.commands.keys", "ptmlab.commands.extract",
     "ptmlab.commands.clean",
     "ptmlab.commands.longify",

@@ -151,15 +151,15 @@ def test_extract_cli_errors_are_one_line(tmp_path):
 def test_study_reports_adaptive_attacks_and_false_alarms(victim, tmp_path):
     import json
 
-    from ptmlab.studies import STUDIES
+    from ptmlab.studies.extraction import run as run_study
 
     data = victim.parent / "data"
     out = tmp_path / "study"
-    rc = STUDIES.get("extraction")(["--victim", str(victim), "--task", "synthetic", "--train-file",
-                                    str(data / "train.csv"), "--dev-file", str(data / "dev.csv"), "--model", "tiny",
-                                    "--budgets", "90", "--strategies", "random", "--epochs", "1", "--max-eval", "50",
-                                    "--max-length", "32", "--defences", "vote,padded,false-alarms",
-                                    "--false-alarm-texts", "60", "--output", str(out)])
+    rc = run_study(["--victim", str(victim), "--task", "synthetic", "--train-file",
+                    str(data / "train.csv"), "--dev-file", str(data / "dev.csv"), "--model", "tiny",
+                    "--budgets", "90", "--strategies", "random", "--epochs", "1", "--max-eval", "50",
+                    "--max-length", "32", "--defences", "vote,padded,false-alarms",
+                    "--false-alarm-texts", "60", "--output", str(out)])
     assert rc == 0
     rows = json.loads((out / "results.json").read_text())["rows"]
     by = {(r["strategy"], r["defence"]): r for r in rows}

@@ -52,16 +52,17 @@ def test_loss_trains_and_window_needs_long_model():
     with pytest.raises(PtmlabError, match="longify"):
         long_loss("window")(model, batch)
     loss = long_loss("chunk", LongSettings(length=128, stride=100, pool="max"))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.eval()  # no dropout: the drop in loss comes from the updates alone
     first = None
-    for _ in range(5):
+    for _ in range(8):
         per = loss(model, batch)
         assert per.shape == (4,)
-        first = float(per.mean()) if first is None else first
+        first = float(per.detach().mean()) if first is None else first
         opt.zero_grad()
         per.mean().backward()
         opt.step()
-    assert float(loss(model, batch).mean()) < first
+    assert float(loss(model, batch).detach().mean()) < 0.9 * first
     longify(model, 1024, 64)
     per = long_loss("window")(model, batch)
     assert per.shape == (4,) and torch.isfinite(per).all()

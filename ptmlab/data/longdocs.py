@@ -2,10 +2,11 @@
 
 Passages are the long documents the long-input work needs (far past 512 tokens) with a label that depends on the
 whole passage's style and vocabulary. Each book's Project Gutenberg header, small print and end notice are removed;
-its body is tokenized with the MiniLM tokenizer (the cut is cached under ``PTMLAB_CACHE``), and consecutive, non-overlapping passages of a seeded random
-length in [2000, 4000] tokens are cut from it. Training passages come from the first part of every book and
-development passages from its last part (the last 20%, and never less than one passage), so no text is shared
-between the splits. The cut depends only on the files and ``LONGDOCS_SEED``, never on the training seed.
+its body is tokenized with the MiniLM tokenizer (the cut is cached under ``PTMLAB_CACHE``), and consecutive,
+non-overlapping passages of a seeded random length in [2000, 4000] tokens are cut from it. Training passages come
+from the first part of every book and development passages from its last part (the last 20%, and never less than
+one passage), so no text is shared between the splits. The cut depends only on the files and ``LONGDOCS_SEED``,
+never on the training seed.
 """
 
 from __future__ import annotations

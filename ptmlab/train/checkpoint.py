@@ -49,7 +49,7 @@ def save_checkpoint(run_path: Path, model_state: dict, optimizer, scheduler, loo
     old = run_path / "checkpoint.old"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    atomic_save_file({k: v.detach().cpu() for k, v in model_state.items()}, tmp / "model.safetensors")
+    atomic_save_file({k: v.detach().cpu().clone() for k, v in model_state.items()}, tmp / "model.safetensors")
     opt_tensors, opt_meta = _optimizer_tensors(optimizer)
     atomic_save_file(opt_tensors, tmp / "optimizer.safetensors")
     atomic_save_file({"torch": torch.get_rng_state()}, tmp / "rng.safetensors")

@@ -162,10 +162,10 @@ def fine_tune(model, tokenizer, data: TaskData, cfg, run: RunDir, *, enc: dict[s
     return fit
 
 
-def finish_run(session: RunSession, fit: FitResult, tokenizer, data: TaskData, summary: dict, *,
+def finish_run(session: RunSession, fit: FitResult, tokenizer, data: TaskData | None, summary: dict, *,
                report=None, extra_save=None) -> dict:
-    """Rank 0 saves the model (safetensors, with its tokenizer), predictions, summary.json and report.html and
-    removes the resumable state; every rank waits for it. Returns ``summary``."""
+    """Rank 0 saves the model (safetensors, with its tokenizer), predictions (with task ``data``), summary.json and
+    report.html and removes the resumable state; every rank waits for it. Returns ``summary``."""
     from ptmlab.models.loader import save_model
     from ptmlab.report.predictions import write_predictions
     from ptmlab.report.run_report import write_run_report
@@ -173,12 +173,13 @@ def finish_run(session: RunSession, fit: FitResult, tokenizer, data: TaskData, s
     run = session.open()
     acc = fit.trainer.accelerator
     if acc.is_main_process:
-        labels = label_names(data)
         save_model(fit.model, tokenizer, run.path)
         if extra_save is not None:
             extra_save(run.path)
-        write_predictions(run, "dev", data.splits["dev"], fit.dev_preds, data.spec, labels)
-        if fit.test_preds is not None:
+        labels = label_names(data) if data is not None else None
+        if data is not None and fit.dev_preds is not None:
+            write_predictions(run, "dev", data.splits["dev"], fit.dev_preds, data.spec, labels)
+        if data is not None and fit.test_preds is not None:
             write_predictions(run, "test", data.splits["test"], fit.test_preds, data.spec, labels)
         run.write_summary(summary)
         (report or write_run_report)(run)

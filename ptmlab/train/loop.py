@@ -51,6 +51,7 @@ def task_loss(regression: bool = False) -> LossFn:
 class LoopState:
     step: int = 0
     examples: int = 0  # training examples seen (all processes)
+    tokens: int = 0  # tokens in those examples (padding excluded)
     train_seconds: float = 0.0
     best_metric: float | None = None
     best_step: int | None = None
@@ -63,7 +64,8 @@ class Trainer:
     def __init__(self, model: nn.Module, train_enc: Encoded, cfg, run: RunDir, pad_id: int, *,
                  loss_fn: LossFn | None = None, loss_module: nn.Module | None = None,
                  strategy: Strategy | None = None, evaluate_fn: Callable[[nn.Module], dict] | None = None,
-                 main_metric: str | None = None, greater_is_better: bool = True, regression: bool = False):
+                 main_metric: str | None = None, greater_is_better: bool = True, regression: bool = False,
+                 flops_per_token: float | None = None):
         from accelerate import Accelerator
 
         self.cfg = cfg
@@ -71,6 +73,9 @@ class Trainer:
         self.pad_id = pad_id
         self.enc = train_enc
         self.regression = regression
+        self.flops_per_token = flops_per_token  # training FLOPs per token (pre-training's compute accounting)
+        # the batch source: Encoded task data (collated here) or anything with make_batch(indices, epoch)
+        self._make_batch = getattr(train_enc, "make_batch", None)
         self.loss_fn = loss_fn or task_loss(regression)
         self.loss_module = loss_module
         self.strategy = strategy or Strategy(cfg)
@@ -147,7 +152,12 @@ class Trainer:
         n = len(global_batch)
         return [global_batch[(n * j) // k:(n * (j + 1)) // k] for j in range(k)]
 
-    def _train_step(self, global_batch: list[int]) -> tuple[float, int]:
+    def _batch(self, indices: list[int], epoch: int) -> dict:
+        if self._make_batch is not None:
+            return self._make_batch(indices, epoch)
+        return collate(self.enc, indices, self.pad_id, self.regression)
+
+    def _train_step(self, global_batch: list[int], epoch: int = 0) -> tuple[float, int]:
         device = self.accelerator.device
         micro = [m for m in self._micro_batches(global_batch) if m]
         n_total = len(global_batch)
@@ -157,7 +167,7 @@ class Trainer:
             weight = 1.0
             if not local:  # this process has nothing in a tiny last batch: a zero-weight pass keeps DDP in step
                 local, weight = mb[:1], 0.0
-            batch = {k: v.to(device) for k, v in collate(self.enc, local, self.pad_id, self.regression).items()}
+            batch = {k: v.to(device) for k, v in self._batch(local, epoch).items()}
             sync = j == len(micro) - 1 or self.world == 1
             ctx = contextlib.nullcontext() if sync else self.accelerator.no_sync(self.model)
             with ctx:
@@ -218,8 +228,9 @@ class Trainer:
                 epoch_cache = {epoch: train_batches(lengths, cfg.batch_size, cfg.seed, epoch, cfg.group_by_length)}
             self.strategy.update(self.model, st.step, epoch, self.steps_per_epoch)
             global_batch = epoch_cache[epoch][b]
-            loss_sum, n = self._train_step(global_batch)
+            loss_sum, n = self._train_step(global_batch, epoch)
             st.examples += len(global_batch)
+            st.tokens += sum(lengths[i] for i in global_batch)
             window_loss += loss_sum
             window_n += n
             st.step += 1
@@ -231,8 +242,12 @@ class Trainer:
                 avg = window_loss / max(1, window_n)
                 bar.set_postfix(loss=f"{avg:.4f}")
                 if self.accelerator.is_main_process:
-                    self.run.log({"step": st.step, "epoch": round(st.step / self.steps_per_epoch, 4),
-                                  "loss": avg, "lr": self.scheduler.get_last_lr()[0]})
+                    row = {"step": st.step, "epoch": round(st.step / self.steps_per_epoch, 4), "loss": avg,
+                           "lr": self.scheduler.get_last_lr()[0], "tokens": st.tokens,
+                           "tokens_per_second": round(st.tokens / max(st.train_seconds, 1e-9), 1)}
+                    if self.flops_per_token:
+                        row["flops"] = st.tokens * self.flops_per_token
+                    self.run.log(row)
                 window_loss, window_n = 0.0, 0
             end_of_epoch = st.step % self.steps_per_epoch == 0
             due_eval = (st.step % cfg.eval_steps == 0) if cfg.eval_steps else end_of_epoch

@@ -33,7 +33,7 @@ class KDLoss:
 
 
 LOSSES: Registry[KDLoss] = Registry("distillation loss")
-LOSS_MODULES = ["soft_ce", "hidden_mse", "attention", "cosine", "minilm", "pkd"]
+LOSS_MODULES = ["soft_ce", "hidden_mse", "attention", "cosine", "minilm", "pkd", "sentence_mse"]
 
 
 def load_losses() -> Registry[KDLoss]:

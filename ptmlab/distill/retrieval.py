@@ -1,0 +1,38 @@
+"""Bitext retrieval (the Tatoeba protocol): for each source sentence, the nearest target sentence by cosine over the
+whole target side; accuracy is the share of sources whose nearest neighbour is their own translation, and the same
+from the target side back. Also STS Spearman (cosine vs gold score), to check a student kept its teacher's English.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ptmlab.distill.embeddings import SentenceEncoder, encode_texts
+from ptmlab.distill.parallel import Pairs
+
+
+def retrieval_accuracy(src_vec: np.ndarray, tgt_vec: np.ndarray) -> tuple[float, float]:
+    """(source->target, target->source) accuracy of nearest-neighbour search on normalised vectors."""
+    sim = src_vec @ tgt_vec.T
+    gold = np.arange(len(src_vec))
+    return float((sim.argmax(1) == gold).mean()), float((sim.argmax(0) == gold).mean())
+
+
+def evaluate_pairs(model: SentenceEncoder, tokenizer, pairs: Pairs, max_length: int = 128,
+                   batch_size: int = 128) -> dict:
+    """Retrieval accuracy of one parallel set, in both directions (in %)."""
+    a = encode_texts(model, tokenizer, pairs.src, max_length, batch_size)
+    b = encode_texts(model, tokenizer, pairs.tgt, max_length, batch_size)
+    fwd, back = retrieval_accuracy(a, b)
+    return {"src": pairs.src_file, "tgt": pairs.tgt_file, "pairs": len(pairs), "src_to_tgt": round(100 * fwd, 2),
+            "tgt_to_src": round(100 * back, 2)}
+
+
+def sts_spearman(model: SentenceEncoder, tokenizer, first: list[str], second: list[str], gold: list[float],
+                 max_length: int = 128, batch_size: int = 128) -> float:
+    """Spearman correlation between cosine(first_i, second_i) and the gold similarity (no fine-tuning)."""
+    from scipy.stats import spearmanr
+
+    a = encode_texts(model, tokenizer, first, max_length, batch_size)
+    b = encode_texts(model, tokenizer, second, max_length, batch_size)
+    return float(spearmanr((a * b).sum(1), gold).statistic)
