@@ -27,7 +27,7 @@ COMMAND_MODULES = [
     "ptmlab.commands.analyze",
     "ptmlab.commands.compress",
     "ptmlab.commands.distill",
-    "ptmlab.commands.distill_embeddings", "ptmlab.commands.retrieval",
+    "ptmlab.commands.distill_embeddings", "ptmlab.commands.retrieval", "ptmlab.commands.meta_distill",
     "ptmlab.commands.pretrain",
     "ptmlab.commands.serve", "ptmlab.commands.keys", "ptmlab.commands.extract",
     "ptmlab.commands.clean",

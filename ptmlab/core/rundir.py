@@ -33,7 +33,14 @@ class RunDir:
             for m in RUN_MARKERS + ("report.html",):
                 (p / m).unlink(missing_ok=True)
             shutil.rmtree(p / "checkpoint", ignore_errors=True)
-        p.mkdir(parents=True, exist_ok=True)
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+            probe = p / ".ptmlab-write-test"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise PtmlabError(f"cannot create output '{p}' ({e.strerror}): choose a writable --output whose parent "
+                              f"is a directory") from None
         return cls(p)
 
     @classmethod
@@ -67,9 +74,13 @@ class RunDir:
         import yaml
 
         try:
-            return yaml.safe_load(self.file("config.yaml").read_text()) or {}
+            data = yaml.safe_load(self.file("config.yaml").read_text()) or {}
         except (OSError, yaml.YAMLError) as e:
             raise PtmlabError(f"cannot read '{self.file('config.yaml')}': {e}") from None
+        if not isinstance(data, dict):
+            raise PtmlabError(f"'{self.file('config.yaml')}' must hold a mapping of option: value, not a "
+                              f"{type(data).__name__}: the run directory is damaged")
+        return data
 
     def log(self, row: dict[str, Any]) -> None:
         append_jsonl(self.file("metrics.jsonl"), row)

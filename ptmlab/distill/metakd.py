@@ -69,11 +69,6 @@ class MetaDistillConfig(MetaKDArgs, TrainArgs):
     epochs: float = opt(3.0, "student epochs")
     lr: float = opt(1e-4, "student learning rate")
 
-    # DataArgs fields the shared fine-tuning code reads
-    @property
-    def max_train(self) -> None:
-        return None
-
     def validate(self) -> None:
         self.validate_train()
         if self.strategy != "full":
@@ -217,6 +212,7 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill") -> d
     from ptmlab.distill.embeddings import SentenceEncoder, encode_texts
     from ptmlab.distill.features import FeatureTap
     from ptmlab.distill.maps import layer_map
+    from ptmlab.distill.multilingual import device
     from ptmlab.distill.matches import Match, ModelInfo, check_matches
     from ptmlab.distill.objective import DistillObjective
     from ptmlab.distill.report import write_distill_report
@@ -235,11 +231,11 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill") -> d
     if cfg.student_domain and cfg.student_domain not in names:
         raise PtmlabError(f"--student-domain '{cfg.student_domain}' is not among --domains ({', '.join(names)})")
     pooled, dom_ids = dd.pooled(task="domains")
-    tok = load_tokenizer(cfg.meta_teacher or cfg.teacher)
     if cfg.meta_teacher:
         teacher, tok, t_head = load_meta_teacher(cfg.meta_teacher, names)
     else:
         teacher = load_model(cfg.teacher, num_labels=len(dd.labels), label_names=dd.labels)
+        tok = load_tokenizer(cfg.teacher)
         t_head = DomainHead(teacher.config.hidden_size, K)
     t_info = ModelInfo.of(teacher)
     run = session.open()
@@ -247,7 +243,7 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill") -> d
     domains = {s: torch.tensor(v) for s, v in dom_ids.items()}
 
     # 1. prototype scores from the base encoder's mean-pooled vectors
-    base = SentenceEncoder(load_model(cfg.teacher, task_head=False), "mean")
+    base = SentenceEncoder(load_model(cfg.teacher, task_head=False), "mean").to(device())
     vecs = encode_texts(base, tok, pooled.splits["train"].text, cfg.max_length, cfg.teacher_batch_size, False)
     scores = torch.from_numpy(prototype_scores(vecs, dom_ids["train"], K, cfg.alpha))
     del base
@@ -256,7 +252,7 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill") -> d
     stage_log = []
     if not cfg.meta_teacher:
         t_cfg = dataclasses.replace(cfg, epochs=cfg.teacher_epochs, lr=cfg.teacher_lr, max_steps=0, test=False,
-                                    save_steps=10**9)
+                                    save_steps=10**9, keep_best=False)  # the head stays in step with the model
         tap = FeatureTap(teacher, {("hidden", t_info.layers - 1)}, who="teacher")
         t_run = RunDir(run.path / "stages" / "meta_teacher")
         if session.main:
@@ -270,7 +266,8 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill") -> d
         stage_log.append({"stage": "meta_teacher", "steps": fit_t.state.step, "dev": fit_t.dev_metrics})
         if session.main:
             save_meta_teacher(run.path / "meta_teacher", teacher, tok, t_head, names)
-    teacher.eval()
+    teacher.eval().to(device())
+    t_head.to(device())
     for p in list(teacher.parameters()) + list(t_head.parameters()):
         p.requires_grad_(False)
 

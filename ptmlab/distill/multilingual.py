@@ -97,7 +97,7 @@ def run_embedding_distill(cfg: EmbedDistillConfig, command: str = "distill-embed
     if not dev_idx:
         raise PtmlabError(f"{len(src)} pairs are too few to hold out dev pairs: pass at least 10 pairs")
     teacher, t_tok = load_sentence_model(cfg.teacher)
-    teacher.eval()
+    teacher.eval().to(device())
     for p in teacher.parameters():
         p.requires_grad_(False)
     set_seed(cfg.seed)
@@ -161,6 +161,13 @@ def run_embedding_distill(cfg: EmbedDistillConfig, command: str = "distill-embed
         fit.trainer.cleanup()
     acc.wait_for_everyone()
     return summary
+
+
+def device():
+    """Where the teacher runs: the GPU when there is one (the loop moves the student itself)."""
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

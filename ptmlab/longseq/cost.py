@@ -52,6 +52,7 @@ def release_freed_memory() -> None:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-3, 1 << 16)  # M_MMAP_THRESHOLD: allocations above 64 KiB are mmapped and unmapped on free
         libc.mallopt(-1, 1 << 16)  # M_TRIM_THRESHOLD
+        libc.malloc_trim(0)  # and hand back what earlier passes left cached
     except (OSError, AttributeError):
         pass
 

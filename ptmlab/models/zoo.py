@@ -78,10 +78,19 @@ def resolve(name: str) -> tuple[str, ZooEntry | None]:
                       f"directory, or a hub id when online")
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
+
+
 def load_tokenizer(name: str):
+    """The tokenizer of a zoo model, model or run directory, hub id, or of a tokenizer-only directory (one written
+    by ``ptmlab tokenizer train`` or ``save_pretrained``: tokenizer files and no config.json)."""
     from transformers import AutoTokenizer
 
-    path, _ = resolve(name)
+    p = Path(name).expanduser()
+    if p.is_dir() and not (p / "config.json").is_file() and any((p / f).is_file() for f in TOKENIZER_FILES):
+        path = str(p)
+    else:
+        path, _ = resolve(name)
     try:
         return AutoTokenizer.from_pretrained(path)
     except Exception as e:

@@ -53,6 +53,8 @@ def prepare(cfg: PretrainConfig) -> Prepared:
 
     tok = _load_tokenizer(cfg.tokenizer or cfg.model or "minilm")
     obj = build_objective(cfg.objective, tok, **_objective_options(cfg))
+    if cfg.model:
+        _check_positions(cfg.model, cfg.block_size)
     corpus = tokenize_corpus(cfg.files, tok, doc_sep=cfg.doc_sep)
     if cfg.valid_files:
         train_c, valid_c = corpus, tokenize_corpus(cfg.valid_files, tok, doc_sep=cfg.doc_sep)
@@ -92,6 +94,24 @@ def prepare(cfg: PretrainConfig) -> Prepared:
             "tokens_per_block": n}
     return Prepared(tok, obj, model, PretrainData(train_b, obj, cfg.seed),
                     PretrainData(valid_b, obj, cfg.seed, static=True), info)
+
+
+def _check_positions(model: str, block_size: int) -> None:
+    """--block-size against a model's position embeddings, from its config alone (before any text is read)."""
+    from transformers import AutoConfig
+
+    from ptmlab.models.zoo import resolve
+    from ptmlab.pretrain.models import max_block_size
+
+    path, entry = resolve(model)
+    try:
+        config = AutoConfig.from_pretrained(path, **((entry and entry.random_config) or {}))
+    except Exception:
+        return  # an unreadable model is reported where it is loaded
+    limit = max_block_size(config)
+    if limit is not None and block_size > limit:
+        raise PtmlabError(f"--block-size {block_size} is above the model's {limit} positions: use --block-size "
+                          f"{limit} or less")
 
 
 def budget_steps(cfg: PretrainConfig, tokens_per_step: int, flops_per_token: float, steps_per_epoch: int) -> int:

@@ -86,6 +86,10 @@ def load_checkpoint(ckpt: Path, load_model_state, optimizer, scheduler) -> dict:
     except (OSError, json.JSONDecodeError, SafetensorError, ValueError) as e:
         raise PtmlabError(f"checkpoint '{ckpt}' is corrupt or truncated ({type(e).__name__}): "
                           f"delete it and start the run again") from None
+    missing = [k for k in ("loop", "optimizer", "scheduler", "python_rng", "numpy_rng") if k not in meta]
+    if not isinstance(meta, dict) or missing:
+        raise PtmlabError(f"checkpoint '{ckpt}' trainer state lacks {', '.join(missing) or 'its fields'}: it was "
+                          f"not written by this ptmlab; delete it and start the run again")
     load_model_state(model_state)
     try:
         _load_optimizer(optimizer, opt_tensors, meta["optimizer"])
@@ -95,7 +99,13 @@ def load_checkpoint(ckpt: Path, load_model_state, optimizer, scheduler) -> dict:
     torch.set_rng_state(rng["torch"])
     _set_py_state(meta["python_rng"])
     _set_np_state(meta["numpy_rng"])
-    return meta["loop"]
+    from ptmlab.train.loop import LoopState
+
+    loop = meta["loop"]
+    unknown = [k for k in (loop if isinstance(loop, dict) else {}) if k not in LoopState.__dataclass_fields__]
+    if not isinstance(loop, dict) or unknown:
+        raise PtmlabError(f"checkpoint '{ckpt}' loop state is not ptmlab's ({unknown[:2]}): start a new run")
+    return loop
 
 
 def _py_state():

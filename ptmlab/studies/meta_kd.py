@@ -1,0 +1,226 @@
+"""Study ``meta-kd`` (ACL 2021, Pan et al., Meta-KD): does a meta-teacher learnt across domains, meta-distilled,
+give better small students than single-domain teachers or one teacher on the pooled domains with plain KD?
+
+Per seed and per domain d, a student of the same size is distilled on d's training split from:
+  (a) a teacher fine-tuned on d alone, with plain KD (soft targets + labels);
+  (b) one teacher fine-tuned on all domains pooled, with plain KD;
+  (c) the meta-teacher (all domains, prototype weights, transferable-knowledge loss), with meta-distillation;
+and (d) leave one domain out: a meta-distilled student on the other domains, tested on d, beside a TF-IDF +
+logistic-regression model trained on the same other domains. Test accuracy on d's test split (fixed split).
+
+Verdict rule (written before the runs): per seed s, average test accuracy over domains gives A_s, B_s, C_s.
+"supported" when C_s > A_s and C_s > B_s for every seed and both mean margins are at least 0.5 points; "not
+supported" when, for (a) or (b), C_s is below it for every seed; otherwise "inconclusive". Seeds >= 2 are required
+for a verdict. Part (d) is reported beside it: the mean over held-out domains of student minus TF-IDF.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ptmlab.core.config import opt
+from ptmlab.core.errors import PtmlabError
+from ptmlab.studies import STUDIES
+from ptmlab.studies.common import StudyBase, parse_study_args, write_study
+
+SMALL = dict(model="tiny", student="layers:1", max_per_domain=40, max_length=32, teacher_epochs=1.0, epochs=1.0,
+             batch_size=16, eval_batch_size=64)
+
+
+@dataclass(frozen=True)
+class MetaKDStudyArgs(StudyBase):
+    domains: list[str] = opt(["books", "dvd", "electronics", "imdb", "airline"], "domains under --domain-dir")
+    domain_files: list[str] = opt([], "more domains as NAME=FILE (comma-separated)")
+    domain_dir: str | None = opt(None, "folder of NAME.tsv files (default ../shared/data/domains)")
+    model: str = opt("minilm", "teacher base model")
+    student: str = opt("layers:3", "student (the same for every method)")
+    seeds: list[str] = opt(["0", "1"], "seeds (at least 2 for a verdict)")
+    parts: list[str] = opt(["a", "b", "c", "d"], "parts to run: a (single-domain KD), b (pooled KD), c (Meta-KD), "
+                                                 "d (leave one domain out)")
+    max_per_domain: int = opt(400, "training examples per domain")
+    max_length: int = opt(128, "max tokens")
+    teacher_epochs: float = opt(2.0, "teacher epochs")
+    teacher_lr: float = opt(5e-5, "teacher learning rate")
+    epochs: float = opt(3.0, "student epochs")
+    lr: float = opt(1e-4, "student learning rate")
+    batch_size: int = opt(32, "batch size")
+    eval_batch_size: int = opt(128, "evaluation batch size")
+    output: str = opt("runs/study-meta-kd", "output directory")
+
+    def validate(self) -> None:
+        bad = [p for p in self.parts if p not in ("a", "b", "c", "d")]
+        if bad:
+            raise PtmlabError(f"unknown part '{bad[0]}': choose from a, b, c, d")
+        try:
+            [int(s) for s in self.seeds]
+        except ValueError:
+            raise PtmlabError(f"--seeds must be integers, got {self.seeds}") from None
+
+
+def tfidf_accuracy(train_text: list[str], train_y: list[int], test_text: list[str], test_y: list[int]) -> float:
+    """TF-IDF (word 1-2 grams) + logistic regression: the classic cross-domain sentiment baseline."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    vec = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
+    x = vec.fit_transform(train_text)
+    clf = LogisticRegression(max_iter=2000, C=4.0).fit(x, train_y)
+    return float((clf.predict(vec.transform(test_text)) == np.asarray(test_y)).mean())
+
+
+def _done(path: Path, a: MetaKDStudyArgs):
+    from ptmlab.core.rundir import RunDir
+
+    return RunDir(path).summary() if (path / "summary.json").is_file() and not a.overwrite else None
+
+
+def _finetune(a, seed: int, name: str, files: dict, out: Path) -> str:
+    from ptmlab.core.config import build_config
+    from ptmlab.train.args import FinetuneConfig
+    from ptmlab.train.finetune import run_finetune
+
+    if _done(out, a) is None:
+        run_finetune(build_config(FinetuneConfig, dict(
+            model=a.model, task=name, train_file=str(files["train"]), dev_file=str(files["dev"]),
+            test_file=str(files["test"]), max_length=a.max_length, epochs=a.teacher_epochs, lr=a.teacher_lr,
+            batch_size=a.batch_size, eval_batch_size=a.eval_batch_size, seed=seed, output=str(out), overwrite=True,
+            test=False), source="study"), command="study")
+    return str(out)
+
+
+def _plain_kd(a, seed: int, name: str, teacher: str, files: dict, out: Path) -> float:
+    from ptmlab.core.config import build_config
+    from ptmlab.distill.config import DistillConfig
+    from ptmlab.distill.pipeline import run_distill
+
+    s = _done(out, a) or run_distill(build_config(DistillConfig, dict(
+        teacher=teacher, student=a.student, task=name, train_file=str(files["train"]), dev_file=str(files["dev"]),
+        test_file=str(files["test"]), max_length=a.max_length, epochs=a.epochs, lr=a.lr, batch_size=a.batch_size,
+        eval_batch_size=a.eval_batch_size, seed=seed, output=str(out), overwrite=True, test=True,
+        losses=["soft_ce"]), source="study"), command="study")
+    return float(s["test_metrics"]["accuracy"])
+
+
+def _meta(a, seed: int, domains: list[str], out: Path, student_domain: str | None = None,
+          meta_teacher: str | None = None) -> dict:
+    from ptmlab.core.config import build_config
+    from ptmlab.distill.metakd import MetaDistillConfig, run_meta_distill
+
+    named = [d for d in a.domains if d in domains]
+    files = [f for f in a.domain_files if f.partition("=")[0] in domains]
+    return _done(out, a) or run_meta_distill(build_config(MetaDistillConfig, dict(
+        domains=named, domain_files=files, domain_dir=a.domain_dir, teacher=a.model, meta_teacher=meta_teacher,
+        student=a.student, student_domain=student_domain, max_per_domain=a.max_per_domain, max_length=a.max_length,
+        teacher_epochs=a.teacher_epochs, teacher_lr=a.teacher_lr, epochs=a.epochs, lr=a.lr, batch_size=a.batch_size,
+        eval_batch_size=a.eval_batch_size, seed=seed, output=str(out), overwrite=True), source="study"),
+        command="study")
+
+
+def _heldout_accuracy(run: str, dd, name: str, max_length: int) -> float:
+    from ptmlab.data.encode import encode_split
+    from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.train.evaluate import evaluate
+
+    data, _ = dd.pooled([name], task=name)
+    tok = load_tokenizer(run)
+    enc = encode_split(tok, data.splits["test"], max_length)
+    return float(evaluate(load_model(run), enc, data.spec, tok.pad_token_id or 0)[0]["accuracy"])
+
+
+@STUDIES.register("meta-kd", help="ACL 2021 Meta-KD: meta-teacher + meta-distillation vs single-domain and pooled "
+                                  "KD, and leave-one-domain-out vs TF-IDF")
+def run(argv: list[str]) -> int:
+    from ptmlab.distill.domains import load_domains, resolve_domains, write_split_files
+    from ptmlab.report.plots import bar_plot
+
+    a = parse_study_args("meta-kd", MetaKDStudyArgs, argv, __doc__, small=SMALL)
+    out = Path(a.output)
+    dd = load_domains(resolve_domains(a.domains, a.domain_files, a.domain_dir), max_per_domain=a.max_per_domain)
+    names = dd.names
+    if len(names) < 2:
+        raise PtmlabError("the meta-kd study needs at least two domains")
+    files = write_split_files(dd, out / "data")
+    pooled_files = _pooled_files(dd, out / "data")
+    rows, lodo = [], []
+    for seed in (int(s) for s in a.seeds):
+        base = out / f"seed{seed}"
+        pooled_teacher = _finetune(a, seed, "pooled", pooled_files, base / "b" / "teacher") \
+            if "b" in a.parts else None
+        meta_teacher = None
+        for d in names:
+            row = {"seed": seed, "domain": d}
+            if "a" in a.parts:
+                t = _finetune(a, seed, d, files[d], base / "a" / d / "teacher")
+                row["single_kd"] = _plain_kd(a, seed, d, t, files[d], base / "a" / d / "student")
+            if "b" in a.parts:
+                row["pooled_kd"] = _plain_kd(a, seed, d, pooled_teacher, files[d], base / "b" / d)
+            if "c" in a.parts:
+                s = _meta(a, seed, names, base / "c" / d, student_domain=d, meta_teacher=meta_teacher)
+                meta_teacher = meta_teacher or str(base / "c" / d / "meta_teacher")
+                row["meta_kd"] = float(s["per_domain_test_accuracy"][d]["student"])
+            rows.append(row)
+            if "d" in a.parts:
+                others = [n for n in names if n != d]
+                _meta(a, seed, others, base / "d" / d)
+                tr = [dd.get(n).splits["train"] for n in others]
+                te = dd.get(d).splits["test"]
+                lodo.append({"seed": seed, "held_out": d,
+                             "meta_kd_student": _heldout_accuracy(str(base / "d" / d), dd, d, a.max_length),
+                             "tfidf_lr": tfidf_accuracy([t for s in tr for t in s.text], [y for s in tr for y in s.label],
+                                                        te.text, te.label)})
+    verdict_text = verdict(rows, lodo)
+    figs = []
+    methods = [m for m in ("single_kd", "pooled_kd", "meta_kd") if rows and m in rows[0]]
+    if methods:
+        figs.append((bar_plot(methods, [float(np.mean([r[m] for r in rows])) for m in methods], "test accuracy",
+                              f"mean over domains and seeds ({a.student})"), "methods", "students per method"))
+    write_study(out, f"Study: Meta-KD ({a.student} from {a.model}, {len(names)} domains)", rows + lodo,
+                verdict_text, figs, extra={"per_domain": rows, "leave_one_out": lodo})
+    return 0
+
+
+def _pooled_files(dd, out_dir: Path) -> dict[str, Path]:
+    from ptmlab.core.io import atomic_write_text
+
+    paths = {}
+    for s in ("train", "dev", "test"):
+        lines = ["text\tlabel"] + [f"{' '.join(t.replace(chr(9), ' ').split())}\t{dd.labels[y]}"
+                                   for d in dd.domains for t, y in zip(d.splits[s].text, d.splits[s].label,
+                                                                       strict=True)]
+        paths[s] = out_dir / f"pooled.{s}.tsv"
+        atomic_write_text(paths[s], "\n".join(lines) + "\n")
+    return paths
+
+
+def verdict(rows: list[dict], lodo: list[dict]) -> str:
+    """The rule of the module docstring."""
+    parts = []
+    seeds = sorted({r["seed"] for r in rows})
+    have = rows and all(k in rows[0] for k in ("single_kd", "pooled_kd", "meta_kd"))
+    if have:
+        avg = {m: [float(np.mean([r[m] for r in rows if r["seed"] == s])) for s in seeds]
+               for m in ("single_kd", "pooled_kd", "meta_kd")}
+        d_a = [c - x for c, x in zip(avg["meta_kd"], avg["single_kd"], strict=True)]
+        d_b = [c - x for c, x in zip(avg["meta_kd"], avg["pooled_kd"], strict=True)]
+        if len(seeds) < 2:
+            word = "inconclusive (fewer than 2 seeds)"
+        elif min(d_a) > 0 and min(d_b) > 0 and np.mean(d_a) >= 0.005 and np.mean(d_b) >= 0.005:
+            word = "supported"
+        elif max(d_a) < 0 or max(d_b) < 0:
+            word = "not supported"
+        else:
+            word = "inconclusive"
+        parts.append(f"mean test accuracy over domains: single-domain KD {np.mean(avg['single_kd']):.4f}, pooled KD "
+                     f"{np.mean(avg['pooled_kd']):.4f}, Meta-KD {np.mean(avg['meta_kd']):.4f} (Meta-KD minus single "
+                     f"{100 * np.mean(d_a):+.2f} points, minus pooled {100 * np.mean(d_b):+.2f}; {len(seeds)} seeds): "
+                     f"the claim that the meta-teacher's student beats single-domain and pooled KD is {word}.")
+    else:
+        parts.append("parts a, b and c are needed for the verdict on the claim.")
+    if lodo:
+        diff = float(np.mean([r["meta_kd_student"] - r["tfidf_lr"] for r in lodo]))
+        parts.append(f"Leave one domain out: the Meta-KD student scores {100 * diff:+.2f} points against TF-IDF + "
+                     f"logistic regression trained on the same other domains (mean over held-out domains and seeds).")
+    return " ".join(parts)
