@@ -59,11 +59,11 @@ def main() -> int:
     from ptmlab.core.seed import configure_threads, set_seed
     from ptmlab.data.encode import encode_split
     from ptmlab.data.loaders import subset
+    from ptmlab.data.taskdata import load_task_data
     from ptmlab.models.latency import measure_latency, parameter_count
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.report.table import print_table
     from ptmlab.train.args import FinetuneConfig
-    from ptmlab.data.taskdata import load_task_data
 
     configure_threads()
     set_seed(0)

@@ -1,4 +1,4 @@
-"""Train a copy of the victim on its answers through the foundation's training loop, and measure agreement.
+"""Train a copy of the victim on its answers through the one lifecycle (``fine_tune``), and measure agreement.
 
 With probabilities the loss is cross-entropy against the victim's (renormalised) soft labels; with labels only it
 is the ordinary cross-entropy on hard labels. Agreement is the fraction of dev examples where the copy predicts the
@@ -12,12 +12,12 @@ import torch
 import torch.nn.functional as F
 
 from ptmlab.core.rundir import RunDir
-from ptmlab.data.encode import Encoded, encode_split
+from ptmlab.data.encode import encode_split
 from ptmlab.data.loaders import Split
 from ptmlab.data.metrics import compute_metrics
 from ptmlab.data.tasks import TaskSpec
 from ptmlab.extraction.client import Answers
-from ptmlab.models.loader import model_inputs
+from ptmlab.models.loader import model_inputs, save_model
 
 
 def soft_targets(answers: Answers) -> torch.Tensor | None:
@@ -58,37 +58,33 @@ def train_copy(cfg, run: RunDir, texts: list[str], pairs: list[str] | None, answ
                spec: TaskSpec, task_names: list[str] | None, victim_dev: list[int]) -> dict:
     """Fine-tune ``cfg.model`` on the answers into ``run``; returns dev agreement with the victim and dev metrics."""
     from ptmlab.core.seed import set_seed
-    from ptmlab.models.loader import save_model
+    from ptmlab.data.loaders import TaskData
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.train.evaluate import predict_logits, resolve_precision
-    from ptmlab.train.loop import Trainer
+    from ptmlab.train.lifecycle import fine_tune
 
     set_seed(cfg.seed)
     tokenizer = load_tokenizer(cfg.model)
     model = load_model(cfg.model, num_labels=len(answers.label_names), label_names=answers.label_names,
                        dropout=cfg.dropout)
     pad_id = tokenizer.pad_token_id or 0
-    train_enc = encode_split(tokenizer, Split(texts, pairs, list(answers.labels)), cfg.max_length)
-    dev_enc: Encoded = encode_split(tokenizer, dev, cfg.max_length)
+    train = Split(texts, pairs, list(answers.labels))
+    enc = {"train": encode_split(tokenizer, train, cfg.max_length), "dev": encode_split(tokenizer, dev, cfg.max_length)}
     targets = soft_targets(answers)
     mapping = np.array(to_task_ids(answers.label_names, spec, task_names))
     precision = resolve_precision(cfg.precision)
-    last: dict = {}
 
-    def evaluate_fn(m) -> dict:
-        pred = predict_logits(m, dev_enc, pad_id, cfg.eval_batch_size, precision).argmax(-1)
+    def agreement_with_victim(m):
+        pred = predict_logits(m, enc["dev"], pad_id, cfg.eval_batch_size, precision).argmax(-1)
         metrics = compute_metrics(spec.metrics, mapping[pred], dev.label) if dev.label is not None else {}
-        last.update(agreement=agreement(pred, victim_dev), metrics=metrics, pred=pred)
-        return {"agreement": last["agreement"], **metrics}
+        return {"agreement": agreement(pred, victim_dev), **metrics}, pred
 
-    trainer = Trainer(model, train_enc, cfg, run, pad_id, loss_fn=soft_label_loss(targets) if targets is not None
-                      else None, evaluate_fn=evaluate_fn, main_metric="agreement")
-    state = trainer.train()
-    model = trainer.final_model()
-    if cfg.keep_best and state.best_step not in (None, state.step):
-        evaluate_fn(model)
-    save_model(model, tokenizer, run.path)
-    trainer.cleanup()
-    return {"agreement": last["agreement"], "metrics": last["metrics"], "steps": state.step,
-            "train_seconds": round(state.train_seconds, 3), "soft_labels": targets is not None,
-            "queries": len(texts), "dev_predictions": [int(x) for x in last["pred"]]}
+    fit = fine_tune(model, tokenizer, TaskData(spec, {"train": train, "dev": dev}), cfg, run, enc=enc,
+                    loss_fn=soft_label_loss(targets) if targets is not None else None, test=False,
+                    evaluator=agreement_with_victim, main_metric="agreement")
+    save_model(fit.model, tokenizer, run.path)
+    fit.trainer.cleanup()
+    metrics = dict(fit.dev_metrics)
+    return {"agreement": metrics.pop("agreement"), "metrics": metrics, "steps": fit.state.step,
+            "train_seconds": round(fit.state.train_seconds, 3), "soft_labels": targets is not None,
+            "queries": len(texts), "dev_predictions": [int(x) for x in fit.dev_preds]}

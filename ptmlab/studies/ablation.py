@@ -14,7 +14,7 @@ import numpy as np
 
 from ptmlab.core.config import opt
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import StudyArgs, finetune_variant, parse_study_args, write_study
+from ptmlab.studies.common import SMALL_FINETUNE, StudyArgs, finetune_variant, parse_study_args, write_study
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def verdict(table, unit: str, tol: float) -> str:
 def _run(kind: str, argv: list[str]) -> int:
     from ptmlab.analysis import plots
 
-    a = parse_study_args(f"{kind}-ablation", AblationStudyArgs, argv, __doc__)
+    a = parse_study_args(f"{kind}-ablation", AblationStudyArgs, argv, __doc__, small=SMALL_FINETUNE)
     table, out = _table(a, kind)
     rows = table.rows()
     if kind == "head":

@@ -57,12 +57,21 @@ def verdict(s: dict) -> str:
     return "; ".join(parts) + "."
 
 
+# what --budget small runs (tests, CI)
+SMALL = {
+    "model": "tiny",
+    "max_sentences": 100,
+    "per_phenomenon": 5,
+    "heatmap_pairs": 1,
+}
+
+
 @STUDIES.register("anomaly", help="ACL 2021: layer-wise Gaussian anomaly detection on BLiMP and psycholinguistics")
 def run(argv: list[str]) -> int:
     from ptmlab.analysis.runs import run_anomaly_analysis
     from ptmlab.core.rundir import RunDir
 
-    a = parse_study_args("anomaly", AnomalyStudyArgs, argv, __doc__)
+    a = parse_study_args("anomaly", AnomalyStudyArgs, argv, __doc__, small=SMALL)
     out = Path(a.output)
     analysis = out / "analysis"
     a = dataclasses.replace(a, blimp=a.blimp if Path(a.blimp).exists() else None,

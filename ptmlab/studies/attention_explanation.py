@@ -17,7 +17,7 @@ import numpy as np
 from ptmlab.core.config import opt
 from ptmlab.studies import STUDIES
 from ptmlab.studies.ablation import fine_tuned_model
-from ptmlab.studies.common import StudyArgs, parse_study_args, write_study
+from ptmlab.studies.common import SMALL_FINETUNE, StudyArgs, parse_study_args, write_study
 
 
 @dataclass(frozen=True)
@@ -36,13 +36,16 @@ class ExplanationStudyArgs(StudyArgs):
     overwrite: bool = opt(False, "rerun a fine-tuning that already finished")
 
 
+SMALL = {**SMALL_FINETUNE, "max_eval": 12, "permutations": 3}  # what --budget small runs (tests, CI)
+
+
 @STUDIES.register("attention-explanation", help="Q12: is attention an explanation? (Kendall tau, permutations)")
 def run(argv: list[str]) -> int:
     from ptmlab.analysis import plots
     from ptmlab.analysis.explanation import explain
     from ptmlab.analysis.taskdata import load_analysis_input
 
-    a = parse_study_args("attention-explanation", ExplanationStudyArgs, argv, __doc__)
+    a = parse_study_args("attention-explanation", ExplanationStudyArgs, argv, __doc__, small=SMALL)
     out = Path(a.output)
     model = fine_tuned_model(a, out)
     inp = load_analysis_input(model, a, attn_implementation="eager", split="dev")

@@ -14,6 +14,9 @@ from ptmlab.report.table import print_table
 from ptmlab.train.args import DataArgs, ModelArgs, TrainArgs
 
 BUDGETS = ("small", "default", "full")
+# what ``--budget small`` sets for a study that fine-tunes (each study adds its own knobs)
+SMALL_FINETUNE = dict(model="tiny", max_train=64, max_eval=32, max_length=32, epochs=1.0, batch_size=16,
+                      eval_batch_size=64)
 
 
 @dataclass(frozen=True)

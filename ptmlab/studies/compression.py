@@ -23,7 +23,7 @@ from pathlib import Path
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import command_config, parse_study_args, write_study
+from ptmlab.studies.common import SMALL_FINETUNE, command_config, parse_study_args, write_study
 from ptmlab.studies.compress_common import CompressStudyArgs
 
 METHODS = ("prune", "lowrank", "share", "distill", "torch-int8", "onnx-int8")
@@ -77,6 +77,9 @@ def rank_ratio_for(model, keep: float) -> float:
     return round(lo, 6)
 
 
+SMALL = {**SMALL_FINETUNE, "latency_repeats": 1, "importance_examples": 32}  # what --budget small runs (tests, CI)
+
+
 @STUDIES.register("compression", help="Q16: pruning, low rank, int8, sharing and distillation at one budget")
 def run(argv: list[str]) -> int:
     import tempfile
@@ -89,7 +92,7 @@ def run(argv: list[str]) -> int:
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.studies.compress_common import change_run, measure_run, measurer, once, start
 
-    a = parse_study_args("compression", CompressionStudyArgs, argv, __doc__)
+    a = parse_study_args("compression", CompressionStudyArgs, argv, __doc__, small=SMALL)
     out, ft = start(a)
     model = load_model(ft)
     meas = measurer(a, load_tokenizer(ft))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ptmlab.core.config import opt
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import StudyArgs, parse_study_args, write_study
+from ptmlab.studies.common import SMALL_FINETUNE, StudyArgs, parse_study_args, write_study
 
 METHODS = {
     "soft_ce": dict(losses=["soft_ce"]),
@@ -45,7 +45,7 @@ def _teacher(a: DistillationStudyArgs, out: Path) -> str:
 
     if a.teacher:
         return a.teacher
-    finetune_variant(a, out / "teacher", model="minilm", epochs=1.0, lr=5e-5, test=False)
+    finetune_variant(a, out / "teacher", epochs=1.0, lr=5e-5, test=False)  # --model, fine-tuned
     return str(out / "teacher")
 
 
@@ -71,6 +71,14 @@ def _latency(run: str, texts: list[str]) -> float:
     return measure_latency(load_model(run), load_tokenizer(run), texts, 32, repeats=5)
 
 
+# what --budget small runs (tests, CI)
+SMALL = {
+    **SMALL_FINETUNE,
+    "student": "layers:1",
+    "methods": ["none", "soft_ce", "tinybert"],
+}
+
+
 @STUDIES.register("distillation", help="Q18/Q20: does a teacher beat training the small model alone? soft_ce, "
                                        "DistilBERT, TinyBERT, MiniLM, PKD")
 def run(argv: list[str]) -> int:
@@ -78,7 +86,7 @@ def run(argv: list[str]) -> int:
     from ptmlab.data.loaders import load_task
     from ptmlab.report.plots import bar_plot
 
-    a = parse_study_args("distillation", DistillationStudyArgs, argv, __doc__)
+    a = parse_study_args("distillation", DistillationStudyArgs, argv, __doc__, small=SMALL)
     bad = [m for m in a.methods if m != "none" and m not in METHODS]
     if bad:
         raise PtmlabError(f"unknown method '{bad[0]}': choose from none, {', '.join(METHODS)}")

@@ -12,18 +12,21 @@ vote over query variants against the watermark (``vote``), function-word padding
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import parse_study_args, write_study
+from ptmlab.studies.common import StudyArgs, command_config, finetune_variant, parse_study_args, write_study
 
 
 @dataclass(frozen=True)
-class ExtractionStudyArgs:
-    victim: str = opt("", "run directory of the fine-tuned victim (e.g. from `ptmlab finetune`)")
+class ExtractionStudyArgs(StudyArgs):
+    victim: str = opt("", "run directory of the fine-tuned victim (default: fine-tune --victim-model on the task "
+                          "first, into OUTPUT/victim)")
+    victim_model: str = opt("minilm", "model fine-tuned as the victim when --victim is not given")
     task: str = opt("", "the victim's task (default: sst2 when GLUE data is present, else tweets)")
     train_file: str | None = opt(None, "training data of a --train-file task (for query lengths)")
     dev_file: str | None = opt(None, "dev data of a --train-file task")
@@ -46,14 +49,16 @@ class ExtractionStudyArgs:
     output: str = opt("runs/study-extraction", "output directory")
 
 
+SMALL = dict(model="tiny", victim_model="tiny", max_train=64, max_eval=32, max_length=32, epochs=1.0, batch_size=16,
+             budgets=["40", "80"], strategies=["random"], defences=["label", "vote", "padded", "false-alarms"],
+             false_alarm_texts=30)
+
+
 def _extract_cfg(a: ExtractionStudyArgs, out: Path, strategy: str, budget: int, **kw):
     from ptmlab.extraction.extract import ExtractConfig
 
-    return ExtractConfig(model=a.model, task=a.task, train_file=a.train_file, dev_file=a.dev_file,
-                         query_strategy=strategy, budget=budget, corpus=a.corpus, max_eval=a.max_eval,
-                         max_length=a.max_length, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, seed=a.seed,
-                         output=str(out), overwrite=True, victim_run=a.victim, victim="in-process", key="study",
-                         logging_steps=50, **kw)
+    return command_config(a, ExtractConfig, query_strategy=strategy, budget=budget, max_train=None, output=str(out),
+                          victim_run=a.victim, victim="in-process", key="study", logging_steps=50, **kw)
 
 
 def _attack(a, store, out: Path, strategy: str, budget: int, serve_kw: dict | None = None, key_kw: dict | None = None):
@@ -76,11 +81,12 @@ def run(argv: list[str]) -> int:
     from ptmlab.serve.defences import read_queries
     from ptmlab.studies import extraction_adaptive as adaptive
 
-    a = parse_study_args("extraction", ExtractionStudyArgs, argv, __doc__)
-    if not a.victim:
-        raise PtmlabError("no victim: pass --victim RUN_DIR (a fine-tuned run directory)")
-    budgets = sorted(int(b) for b in a.budgets)
+    a = parse_study_args("extraction", ExtractionStudyArgs, argv, __doc__, small=SMALL)
     out = Path(a.output)
+    if not a.victim:
+        finetune_variant(a, out / "victim", model=a.victim_model)
+        a = dataclasses.replace(a, victim=str(out / "victim"))
+    budgets = sorted(int(b) for b in a.budgets)
     store = open_store(str(out / "state"))
     rows = []
     for strategy in a.strategies:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import parse_study_args, write_study
+from ptmlab.studies.common import SMALL_FINETUNE, parse_study_args, write_study
 from ptmlab.studies.compress_common import CompressStudyArgs
 
 
@@ -58,6 +58,9 @@ def equal_params_fraction(model, target: int) -> float:
     return min((i / 10000 for i in range(10000)), key=lambda f: (abs(left(f) - target), f))
 
 
+SMALL = {**SMALL_FINETUNE, "latency_repeats": 1, "importance_examples": 32}  # what --budget small runs (tests, CI)
+
+
 @STUDIES.register("ghost", help="GhostBERT: pruned vs pruned + ghost modules vs pruned to equal parameters")
 def run(argv: list[str]) -> int:
     from ptmlab.models.latency import parameter_count
@@ -65,7 +68,7 @@ def run(argv: list[str]) -> int:
     from ptmlab.studies.common import finetune_variant
     from ptmlab.studies.compress_common import change_run, measure_run, measurer, prune_run, start
 
-    a = parse_study_args("ghost", GhostStudyArgs, argv, __doc__)
+    a = parse_study_args("ghost", GhostStudyArgs, argv, __doc__, small=SMALL)
     out, ft = start(a)
     meas = measurer(a, load_tokenizer(ft))
     params_ft = parameter_count(load_model(ft))

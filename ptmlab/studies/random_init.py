@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ptmlab.core.config import opt
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import StudyArgs, finetune_variant, parse_study_args, write_study
+from ptmlab.studies.common import SMALL_FINETUNE, StudyArgs, finetune_variant, parse_study_args, write_study
 
 
 @dataclass(frozen=True)
@@ -44,11 +44,14 @@ def available(tasks: list[str], glue_dir: str | None) -> list[str]:
     return out
 
 
+SMALL = {**SMALL_FINETUNE, "tasks": ["tweets"]}  # what --budget small runs (tests, CI)
+
+
 @STUDIES.register("random-init", help="Q15: pretrained vs random initialisation under one fine-tuning budget")
 def run(argv: list[str]) -> int:
     from ptmlab.report.plots import bar_plot
 
-    a = parse_study_args("random-init", RandomInitArgs, argv, __doc__)
+    a = parse_study_args("random-init", RandomInitArgs, argv, __doc__, small=SMALL)
     tasks = available(a.tasks, a.glue_dir) or ["tweets"]  # a fresh machine without GLUE: the built-in task
     out = Path(a.output)
     rows = []

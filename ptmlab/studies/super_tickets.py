@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import parse_study_args, write_study
+from ptmlab.studies.common import SMALL_FINETUNE, parse_study_args, write_study
 from ptmlab.studies.compress_common import CompressStudyArgs
 
 
@@ -60,6 +60,15 @@ def build_ticket(base: str, keep_heads: dict, keep_ffn: dict, spec, labels, seed
     return model
 
 
+# what --budget small runs (tests, CI)
+SMALL = {
+    **SMALL_FINETUNE,
+    "latency_repeats": 1,
+    "importance_examples": 32,
+    "ratios": ["0", "0.3"],
+}
+
+
 @STUDIES.register("super-tickets", help="Liang et al.: rewound pruned tickets vs the unpruned model across ratios")
 def run(argv: list[str]) -> int:
     from ptmlab.compress.importance import compute_importance
@@ -74,7 +83,7 @@ def run(argv: list[str]) -> int:
     from ptmlab.studies.common import finetune_variant
     from ptmlab.studies.compress_common import parse_ratios, start
 
-    a = parse_study_args("super-tickets", SuperTicketsArgs, argv, __doc__)
+    a = parse_study_args("super-tickets", SuperTicketsArgs, argv, __doc__, small=SMALL)
     ratios = parse_ratios(a.ratios)
     if 0.0 not in ratios:
         ratios = [0.0, *ratios]  # the unpruned model under the same budget is the reference line

@@ -51,6 +51,15 @@ def _head(sources, n: int):
     return [TextSource(s.name, s.lang, s.origin, lambda s=s: itertools.islice(s.lines(), n)) for s in sources]
 
 
+# what --budget small runs (tests, CI)
+SMALL = {
+    "max_lines": 300,
+    "vocab_size": 400,
+    "compare": ["minilm"],
+    "multilingual": [],
+}
+
+
 @STUDIES.register("tokenizers", help="ACL 2021: language-specific tokenizers have lower fertility than "
                                      "multilingual ones (BPE / WordPiece / Unigram vs minilm vs XLM-R)")
 def run(argv: list[str]) -> int:
@@ -60,7 +69,7 @@ def run(argv: list[str]) -> int:
     from ptmlab.tokenization.plots import metric_figure
     from ptmlab.tokenization.train import resolve_types, save_tokenizer, scan_sources, train_tokenizer
 
-    a = parse_study_args("tokenizers", TokenizersArgs, argv, __doc__)
+    a = parse_study_args("tokenizers", TokenizersArgs, argv, __doc__, small=SMALL)
     out = Path(a.output)
     train_specs, eval_specs = _by_lang(a.files, "--files"), _by_lang(a.eval, "--eval")
     missing = sorted(set(train_specs) - set(eval_specs))

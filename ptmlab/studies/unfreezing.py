@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ptmlab.core.config import opt
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import StudyArgs, finetune_variant, parse_study_args, write_study
+from ptmlab.studies.common import SMALL_FINETUNE, StudyArgs, finetune_variant, parse_study_args, write_study
 
 LRS = {"full": 5e-5, "gradual-unfreeze": 5e-5, "ulmfit": 5e-5, "frozen": 1e-3, "adapter": 1e-3, "lora": 5e-4}
 
@@ -36,7 +36,7 @@ class UnfreezingArgs(StudyArgs):
 
 @STUDIES.register("unfreezing", help="Q7: is gradual unfreezing needed? full vs frozen vs ULMFiT vs adapters vs LoRA")
 def run(argv: list[str]) -> int:
-    a = parse_study_args("unfreezing", UnfreezingArgs, argv, __doc__)
+    a = parse_study_args("unfreezing", UnfreezingArgs, argv, __doc__, small=SMALL_FINETUNE)
     out = Path(a.output)
     rows = []
     for s in a.strategies:

@@ -114,13 +114,15 @@ class FitResult:
 
 def fine_tune(model, tokenizer, data: TaskData, cfg, run: RunDir, *, enc: dict[str, Encoded] | None = None,
               loss_fn=None, loss_module=None, strategy=None, extra_metrics=None, resume: bool = False,
-              test: bool | None = None, on_model=None) -> FitResult:
+              test: bool | None = None, on_model=None, evaluator=None, main_metric: str | None = None) -> FitResult:
     """Train ``model`` (in memory) on ``data`` with the one training loop; evaluate on dev (and test).
 
     ``enc``: pre-encoded splits (a student's tokenizer, augmented training data); encoded from ``data`` otherwise.
     ``loss_fn`` / ``loss_module``: the loop's pluggable loss (default: the task loss). ``extra_metrics(preds)``
     adds numbers to each dev evaluation (distillation's agreement with its teacher). ``on_model(model)`` runs on the
-    final model before its last evaluation (a distillation objective removes its hooks there)."""
+    final model before its last evaluation (a distillation objective removes its hooks there).
+    ``evaluator(model) -> (metrics, predictions)`` replaces the dev evaluation (the extraction copy scores agreement
+    with its victim), with ``main_metric`` naming the number that picks the best step."""
     from ptmlab.train.evaluate import evaluate, resolve_precision
     from ptmlab.train.loop import Trainer
     from ptmlab.train.strategies import make_strategy, trainable_parameters
@@ -132,7 +134,10 @@ def fine_tune(model, tokenizer, data: TaskData, cfg, run: RunDir, *, enc: dict[s
     evals: dict[int, tuple] = {}  # step -> (metrics, predictions): the final model reuses its evaluation
 
     def evaluate_dev(m):
-        metrics, preds = evaluate(m, enc["dev"], spec, pad_id, cfg.eval_batch_size, precision)
+        if evaluator is not None:
+            metrics, preds = evaluator(m)
+        else:
+            metrics, preds = evaluate(m, enc["dev"], spec, pad_id, cfg.eval_batch_size, precision)
         if extra_metrics is not None:
             metrics.update(extra_metrics(preds))
         evals[trainer.state.step] = (metrics, preds)
@@ -140,7 +145,7 @@ def fine_tune(model, tokenizer, data: TaskData, cfg, run: RunDir, *, enc: dict[s
 
     strategy = strategy or make_strategy(cfg)
     trainer = Trainer(model, enc["train"], cfg, run, pad_id, loss_fn=loss_fn, loss_module=loss_module,
-                      strategy=strategy, evaluate_fn=evaluate_dev, main_metric=spec.main_metric,
+                      strategy=strategy, evaluate_fn=evaluate_dev, main_metric=main_metric or spec.main_metric,
                       regression=spec.kind == "regression")
     if resume:
         trainer.resume()
