@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
+VENV="${PTMLAB_VENV:-.venv}"  # another environment: PTMLAB_VENV=.venv-plain bash scripts/setup.sh
 extras=""
 mpnet=0
 for arg in "$@"; do
@@ -16,13 +17,13 @@ for arg in "$@"; do
     *) echo "error: unknown option '$arg' (use --test and/or --mpnet)" >&2; exit 2 ;;
   esac
 done
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
+if [ ! -x "$VENV"/bin/python ]; then
+  "$PYTHON" -m venv "$VENV"
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip
+"$VENV"/bin/python -m pip install --quiet --upgrade pip
 # torch first, pinned: an open requirement would pull a multi-GB CUDA build.
-.venv/bin/python -m pip install --quiet "torch==2.13.0"
-.venv/bin/python -m pip install --quiet -e ".${extras}"
+"$VENV"/bin/python -m pip install --quiet "torch==2.13.0"
+"$VENV"/bin/python -m pip install --quiet -e ".${extras}"
 if [ -n "$extras" ]; then
   # the shared-state tests start a real PostgreSQL server; install Debian's server once (skipped when present)
   if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
@@ -35,6 +36,6 @@ if [ -n "$extras" ]; then
   fi
 fi
 if [ "$mpnet" = 1 ]; then
-  .venv/bin/ptmlab models install mpnet
+  "$VENV"/bin/ptmlab models install mpnet
 fi
-echo "ptmlab is installed in .venv (run .venv/bin/ptmlab --help)"
+echo "ptmlab is installed in $VENV (run $VENV/bin/ptmlab --help)"

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from ptmlab.core.config import add_config_args, build_config, opt, resolve_config
 
 
+QUICK_EXAMPLES = 1000
+
+
 @dataclass(frozen=True)
 class DemoConfig:
     output: str = opt("runs/demo", "run directory")
@@ -20,6 +23,7 @@ class DemoConfig:
     lr: float = opt(5e-5, "learning rate")
     seed: int = opt(0, "seed")
     overwrite: bool = opt(False, "replace an earlier demo run")
+    quick: bool = opt(False, "a short tour (a few minutes): at most 1,000 training examples for every stage")
 
 
 def register(sub) -> None:
@@ -36,9 +40,12 @@ def run(args: argparse.Namespace) -> int:
     from ptmlab.train.finetune import run_finetune
 
     d = resolve_config(DemoConfig, args, args.config)
+    if d.quick:
+        d = dataclasses.replace(d, max_train=min(d.max_train or QUICK_EXAMPLES, QUICK_EXAMPLES))
     print(f"ptmlab demo: fine-tuning {d.model} on the built-in 'tweets' task "
           f"({d.max_train or 'all'} examples, {d.epochs:g} epoch(s)); this takes about 10 minutes on 2 cores")
-    cfg = build_config(FinetuneConfig, {**dataclasses.asdict(d), "task": "tweets", "batch_size": 32, "eval_steps": 150,
+    options = {k: v for k, v in dataclasses.asdict(d).items() if k != "quick"}
+    cfg = build_config(FinetuneConfig, {**options, "task": "tweets", "batch_size": 32, "eval_steps": 150,
                                         "test": True}, source="demo")
     summary = run_finetune(cfg, command="demo")
     from pathlib import Path

@@ -34,6 +34,9 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ptmlab.core.extras import require_extra
+
+    require_extra("serve", "extract")  # the attack talks HTTP to a served model
     if args.action == "verify-watermark":
         return verify(args)
     if args.suspect:

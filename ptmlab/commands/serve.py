@@ -21,6 +21,9 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ptmlab.core.extras import require_extra
+
+    require_extra("serve", "serve")  # before anything is imported or loaded
     from ptmlab.core.seed import configure_threads
     from ptmlab.serve.app import create_app
     from ptmlab.serve.config import ServeConfig

@@ -12,11 +12,17 @@ from torch import nn
 
 
 def nonembedding_params(module: nn.Module) -> int:
-    """Parameters outside embedding tables (tied output projections count once, as the table they share)."""
+    """Parameters outside embedding tables (tied output projections count once, as the table they share; their
+    vocabulary-sized bias belongs to the unembedding too, so a tiny model's count is not dominated by it)."""
     params = {id(p): p.numel() for p in module.parameters()}
+    tables = set()
     for m in module.modules():
         if isinstance(m, nn.Embedding):
             params.pop(id(m.weight), None)
+            tables.add(id(m.weight))
+    for m in module.modules():
+        if isinstance(m, nn.Linear) and id(m.weight) in tables and m.bias is not None:
+            params.pop(id(m.bias), None)
     return sum(params.values())
 
 
