@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     "ptmlab.commands.pretrain",
     "ptmlab.commands.serve", "ptmlab.commands.keys", "ptmlab.commands.extract",
     "ptmlab.commands.clean",
+    "ptmlab.commands.scale",
     "ptmlab.commands.longify",
 ]
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from ptmlab.core.config import add_config_args, build_config, opt, resolve_config
 
-
 QUICK_EXAMPLES = 1000
 
 

@@ -6,11 +6,11 @@ import argparse
 from dataclasses import dataclass
 
 from ptmlab.core.config import add_config_args, opt, resolve_config
-from ptmlab.train.args import DataArgs
+from ptmlab.train.args import DataArgs, LongArgs
 
 
 @dataclass(frozen=True)
-class EvaluateConfig(DataArgs):
+class EvaluateConfig(LongArgs, DataArgs):
     split: str = opt("dev", "split to evaluate: dev, test or train")
     eval_batch_size: int = opt(128, "batch size")
     precision: str = opt("fp32", "fp32 or bf16 (autocast)", choices=["auto", "fp32", "bf16"])
@@ -19,6 +19,7 @@ class EvaluateConfig(DataArgs):
 
     def validate(self) -> None:
         self.validate_data()
+        self.validate_long()
 
 
 def register(sub) -> None:
@@ -37,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from ptmlab.core.seed import configure_threads
     from ptmlab.data.encode import encode_split
     from ptmlab.data.taskdata import label_names, load_task_data
+    from ptmlab.longseq.runs import check_long_model, long_evaluator
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.train.evaluate import evaluate, resolve_precision
 
@@ -56,11 +58,15 @@ def run(args: argparse.Namespace) -> int:
     if names and saved != names and not all(s.startswith("LABEL_") for s in saved):
         raise PtmlabError(f"model labels {saved} differ from task labels {names}: use the matching task")
     tokenizer = load_tokenizer(args.model)
+    check_long_model(model, cfg, data)  # the strategy fits the model and --max-length (one-line errors)
     enc = encode_split(tokenizer, split, cfg.max_length)
-    metrics, _ = evaluate(model, enc, spec, tokenizer.pad_token_id or 0, cfg.eval_batch_size,
-                          resolve_precision(cfg.precision))
+    if cfg.long_strategy == "truncate":
+        metrics, _ = evaluate(model, enc, spec, tokenizer.pad_token_id or 0, cfg.eval_batch_size,
+                              resolve_precision(cfg.precision))
+    else:
+        metrics, _ = long_evaluator(enc, spec, cfg, resolve_precision(cfg.precision))(model)
     result = {"model": args.model, "task": spec.name, "split": cfg.split, "examples": len(split),
-              "metrics": metrics}
+              "long_strategy": cfg.long_strategy, "metrics": metrics}
     if cfg.output:
         atomic_write_json(cfg.output, result)
     print(json.dumps(result, indent=2))

@@ -25,12 +25,20 @@ def run(args: argparse.Namespace) -> int:
         from ptmlab.core.rundir import RunDir
 
         cfg = RunDir.resume_config(args.resume, FinetuneConfig, "finetune")
-        summary = run_finetune(cfg, resume=True)
     else:
         cfg = resolve_config(FinetuneConfig, args, args.config)
         if not cfg.output:
             raise PtmlabError("no output directory: pass --output RUN_DIR")
-        summary = run_finetune(cfg)
+    resume = bool(args.resume)
+    if cfg.long_strategy == "truncate" and cfg.max_length <= 512:
+        summary = run_finetune(cfg, resume=resume)
+    else:  # long inputs (docs/long_inputs.md): checked here, read by the strategy's loss and evaluator
+        from ptmlab.longseq.runs import plan_long_finetune, print_notes
+
+        plan = plan_long_finetune(cfg, resume=resume)
+        print_notes(plan.notes)
+        cfg = plan.cfg
+        summary = run_finetune(cfg, resume=resume, loss_fn=plan.loss_fn, evaluator=plan.evaluator)
     print_summary(summary, cfg.output)
     return 0
 

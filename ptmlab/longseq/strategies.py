@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ptmlab.core.errors import PtmlabError
+from ptmlab.core.progress import progress
 
 LONG_STRATEGIES = ("truncate", "chunk", "window")
 POOLS = ("mean", "max")
@@ -130,7 +131,8 @@ def long_logits(model, examples: list[list[int]], strategy: str = "chunk",
     # pieces per batch stay near batch_size; examples of similar length go together
     order = sorted(range(len(examples)), key=lambda i: len(examples[i]))
     per_example = [len(pieces_of(strategy, examples[i], settings)) for i in order]
-    with torch.inference_mode():
+    quiet = True if sum(len(e) for e in examples) < 100_000 else None  # a bar only for long evaluations
+    with torch.inference_mode(), progress(total=len(order), desc=f"evaluate ({strategy})", disable=quiet) as bar:
         start = 0
         while start < len(order):
             end, used = start, 0
@@ -138,6 +140,7 @@ def long_logits(model, examples: list[list[int]], strategy: str = "chunk",
                 used += per_example[end]
                 end += 1
             out.append(_forward_pieces(model, [examples[i] for i in order[start:end]], strategy, settings))
+            bar.update(end - start)
             start = end
     if not out:
         return torch.zeros((0, model.config.num_labels))

@@ -45,6 +45,33 @@ class DataArgs:
                 raise PtmlabError(f"--{name.replace('_', '-')} must be >= 0, got {v}")
 
 
+LONG_STRATEGIES = ("truncate", "chunk", "window")  # ptmlab.longseq.strategies implements them (train may not import it)
+
+
+@dataclass(frozen=True)
+class LongArgs:
+    """How documents longer than the model's window are read (docs/long_inputs.md); only ``finetune`` and
+    ``evaluate`` take these, so commands that would ignore them do not offer them."""
+
+    long_strategy: str = opt("truncate", "long inputs: truncate to --max-length (the usual), chunk (overlapping "
+                                         "--long-chunk windows, logits pooled) or window (a `ptmlab longify` model "
+                                         "reads all --max-length tokens)", choices=list(LONG_STRATEGIES))
+    long_chunk: int = opt(512, "chunk strategy: tokens per chunk, special tokens included")
+    long_stride: int = opt(256, "chunk strategy: tokens between the starts of consecutive chunks")
+    long_pool: str = opt("mean", "chunk strategy: pool the chunks' logits by mean or max", choices=["mean", "max"])
+
+    def validate_long(self) -> None:
+        if self.long_strategy not in LONG_STRATEGIES:
+            raise PtmlabError(f"--long-strategy '{self.long_strategy}' is unknown: choose {', '.join(LONG_STRATEGIES)}")
+        if self.long_pool not in ("mean", "max"):
+            raise PtmlabError(f"--long-pool '{self.long_pool}' is unknown: choose mean or max")
+        if self.long_chunk < 3:
+            raise PtmlabError(f"--long-chunk {self.long_chunk} is too short: use at least 3 tokens (e.g. 512)")
+        if not 1 <= self.long_stride <= self.long_chunk - 2:
+            raise PtmlabError(f"--long-stride {self.long_stride} must be between 1 and --long-chunk - 2 = "
+                              f"{self.long_chunk - 2}: e.g. {max(1, self.long_chunk // 2)}")
+
+
 @dataclass(frozen=True)
 class TrainArgs:
     output: str | None = opt(None, "run directory to create")
@@ -106,7 +133,8 @@ class TrainArgs:
 
 
 @dataclass(frozen=True)
-class FinetuneConfig(TrainArgs, DataArgs, ModelArgs):  # flags list model, then data, then training
+class FinetuneConfig(TrainArgs, LongArgs, DataArgs, ModelArgs):  # flags: model, data, long inputs, training
     def validate(self) -> None:
         self.validate_data()
+        self.validate_long()
         self.validate_train()

@@ -23,10 +23,12 @@ def apply_recipes(cfg: FinetuneConfig) -> FinetuneConfig:
     return cfg
 
 
-def run_finetune(cfg: FinetuneConfig, resume: bool = False, command: str = "finetune", loss_fn=None) -> dict:
+def run_finetune(cfg: FinetuneConfig, resume: bool = False, command: str = "finetune", loss_fn=None,
+                 evaluator=None) -> dict:
     """Run (or resume) a fine-tuning job; returns the summary written to summary.json.
 
-    ``loss_fn(model, batch) -> per-example losses`` replaces the task loss (recovery with a teacher, say)."""
+    ``loss_fn(model, batch) -> per-example losses`` replaces the task loss (recovery with a teacher, say);
+    ``evaluator(model) -> (metrics, predictions)`` replaces the dev evaluation (long documents read in chunks)."""
     from ptmlab.models.zoo import load_tokenizer
 
     cfg = apply_recipes(cfg)
@@ -37,7 +39,8 @@ def run_finetune(cfg: FinetuneConfig, resume: bool = False, command: str = "fine
     model = build_task_model(cfg, data)
     run = session.open()
     strategy = make_strategy(cfg)
-    fit = fine_tune(model, tokenizer, data, cfg, run, loss_fn=loss_fn, strategy=strategy, resume=resume)
+    fit = fine_tune(model, tokenizer, data, cfg, run, loss_fn=loss_fn, strategy=strategy, resume=resume,
+                     evaluator=evaluator)
     summary = {"task": data.spec.name, "model": cfg.model, "strategy": cfg.strategy, **fit.train_summary(),
                "labels": label_names(data), "main_metric": data.spec.main_metric}
     return finish_run(session, fit, tokenizer, data, summary,
