@@ -212,8 +212,8 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill") -> d
     from ptmlab.distill.embeddings import SentenceEncoder, encode_texts
     from ptmlab.distill.features import FeatureTap
     from ptmlab.distill.maps import layer_map
-    from ptmlab.distill.multilingual import device
     from ptmlab.distill.matches import Match, ModelInfo, check_matches
+    from ptmlab.distill.multilingual import device
     from ptmlab.distill.objective import DistillObjective
     from ptmlab.distill.report import write_distill_report
     from ptmlab.distill.students import build_student

@@ -80,8 +80,7 @@ def run_embedding_distill(cfg: EmbedDistillConfig, command: str = "distill-embed
     from ptmlab.data.loaders import Split, TaskData
     from ptmlab.data.tasks import TaskSpec
     from ptmlab.distill.cache import teacher_outputs
-    from ptmlab.distill.embeddings import encode_texts, load_sentence_model, pooling_fingerprint, \
-        save_sentence_model
+    from ptmlab.distill.embeddings import encode_texts, load_sentence_model, pooling_fingerprint, save_sentence_model
     from ptmlab.distill.losses import load_losses
     from ptmlab.distill.parallel import pair_files, read_pairs
     from ptmlab.distill.retrieval import retrieval_accuracy

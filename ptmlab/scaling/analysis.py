@@ -14,7 +14,7 @@ Q19 (Kaplan et al. 2020, Li et al. 2020 "Train large, then compress"): *larger m
 steps (tokens), and even in less wall-clock time*. Rule: on each size's learning curve at the largest budget
 (seeds averaged), the target is the worst size's best held-out loss, so every size reaches it; tokens (and
 seconds) to the target are interpolated on the curve. With ratio r = largest size's cost / smallest size's cost:
-  - supported: r <= 1 - margin (and the difference exceeds one evaluation interval) and cost falls with size
+  - supported: r <= 1 - margin (and the difference exceeds the widest evaluation interval) and cost falls with size
     (Spearman correlation < 0);
   - not supported: r >= 1 (the largest size needs at least as many tokens / seconds);
   - inconclusive: in between, or fewer than two sizes reach the target.
@@ -94,7 +94,7 @@ def optimal_size_verdict(cells: dict[float, dict[int, tuple[float, float]]], tol
     if all(grid[0] in optima[b] for b in budgets):
         return {**out, "verdict": INCONCLUSIVE,
                 "reason": "the smallest size is optimal at every budget: the optimum lies below the sizes tried"}
-    drops = [(a, b) for a, b in zip(budgets, budgets[1:]) if min(optima[a]) > max(optima[b])]
+    drops = [(a, b) for a, b in zip(budgets, budgets[1:], strict=False) if min(optima[a]) > max(optima[b])]
     if min(last) > max(first) and not drops:
         return {**out, "verdict": SUPPORTED,
                 "reason": f"the optimal size grows from {_sizes(first)} at {budgets[0]:.3g} FLOPs to "
@@ -113,7 +113,7 @@ def _sizes(ns: list[int]) -> str:
 # ------------------------------------------------------------------------------------------------ Q19
 def reach(curve: list[dict], target: float, key: str) -> float | None:
     """``key`` (tokens or seconds) at which ``curve`` first gets down to ``target``, interpolated linearly."""
-    for a, b in zip(curve, curve[1:]):
+    for a, b in zip(curve, curve[1:], strict=False):
         if b["eval_loss"] <= target:
             if a["eval_loss"] <= target:
                 return float(a[key])
@@ -165,7 +165,7 @@ def analyze(rows: list[dict], curves: dict[str, list[dict]], loss_tolerance: flo
     result["fit_compute"] = _fit(frontier)
     # loss vs parameters: each size's best loss in the sweep (its largest budget)
     best_by_size = {}
-    for (n, b), cu in mean_curves.items():
+    for n, b in mean_curves:
         if n not in best_by_size or b > best_by_size[n][0]:
             best_by_size[n] = (b, cells[b][n][0])
     result["fit_params"] = _fit([(n, v[1]) for n, v in sorted(best_by_size.items())])
@@ -200,9 +200,7 @@ def _q19(by_size: dict[int, list[dict]], margin: float) -> dict:
     out: dict = {"target_loss": target, "reach": []}
     for key in ("tokens", "seconds"):
         costs = {n: reach(cu, target, key) for n, cu in by_size.items()}
-        large = max(by_size)
-        cu = by_size[large]
-        interval = (cu[-1][key] - cu[0][key]) / max(1, len(cu) - 1)
+        interval = max((cu[-1][key] - cu[0][key]) / max(1, len(cu) - 1) for cu in by_size.values())
         out[key] = faster_verdict(costs, margin, resolution=interval, unit=key)
         for n in sorted(costs):
             row = next((r for r in out["reach"] if r["params"] == n), None)

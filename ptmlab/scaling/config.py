@@ -70,7 +70,7 @@ class ScaleConfig:
     lr: float = opt(2e-3, "peak learning rate (the same for every run)")
     warmup: float = opt(0.06, "warm-up fraction of each run's steps")
     schedule: str = opt("linear", "learning-rate schedule: linear, cosine, constant")
-    evals: int = opt(8, "held-out evaluations per run (the loss-vs-tokens curve)")
+    evals: int = opt(20, "held-out evaluations per run (the loss-vs-tokens curve; checkpoints: 4 per run)")
     eval_blocks: int = opt(64, "held-out blocks per evaluation")
     precision: str = opt("fp32", "fp32, bf16 or auto", choices=["auto", "fp32", "bf16"])
     workers: int = opt(1, "worker processes that train runs side by side (wall-clock numbers then share the CPUs)")

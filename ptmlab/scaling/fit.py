@@ -10,6 +10,7 @@ as NaN, never as zero).
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -49,7 +50,7 @@ def _line(logx, b, slope):
 
 def fit_power_law(x, y, bootstrap: int = 1000, seed: int = 0) -> PowerLaw:
     """Fit ``y = A x^-alpha`` to positive ``x``, ``y`` (at least two distinct x)."""
-    from scipy.optimize import curve_fit
+    from scipy.optimize import OptimizeWarning, curve_fit
 
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if x.shape != y.shape or x.ndim != 1:
@@ -61,7 +62,9 @@ def fit_power_law(x, y, bootstrap: int = 1000, seed: int = 0) -> PowerLaw:
     lx, ly = np.log(x), np.log(y)
     slope0, b0 = np.polyfit(lx, ly, 1)
     if len(x) > 2:
-        (b, slope), cov = curve_fit(_line, lx, ly, p0=(b0, slope0))
+        with warnings.catch_warnings():  # a perfect fit has no covariance: its SE is reported as NaN
+            warnings.simplefilter("ignore", OptimizeWarning)
+            (b, slope), cov = curve_fit(_line, lx, ly, p0=(b0, slope0))
         stderr = float(math.sqrt(cov[1, 1])) if np.isfinite(cov[1, 1]) else math.nan
     else:
         b, slope, stderr = b0, slope0, math.nan

@@ -59,7 +59,8 @@ def pretrain_config(cfg: ScaleConfig | dict, spec: RunSpec, output: str | Path) 
     values = {k: v for k, v in shared.items() if k != "evals"}
     values.update(layers=spec.layers, hidden=spec.hidden, heads=spec.heads, ffn=spec.ffn, seed=spec.seed,
                   max_steps=0, max_tokens=0, max_flops=spec.budget, eval_steps=spec.eval_steps,
-                  logging_steps=spec.eval_steps, output=str(output), overwrite=False)
+                  logging_steps=spec.eval_steps, save_steps=max(spec.eval_steps, spec.steps // 4),
+                  output=str(output), overwrite=False)
     return build_config(PretrainConfig, values, source="scale")
 
 

@@ -45,7 +45,7 @@ def verdict_text(result: dict) -> str:
     g = q8.get("growth")
     if g:
         se = f" ± {g['a_stderr']:.2f}" if g.get("a_stderr") is not None else ""
-        parts.append(f"N_opt ∝ C^{g['a']:.2f}{se} over {g['n']} budgets.")
+        parts.append(f"N_opt ∝ C^{round(g['a'], 2) + 0.0:.2f}{se} over {g['n']} budgets.")
     for key, what in (("tokens", "fewer tokens"), ("seconds", "less wall-clock time on this machine")):
         v = q19[key]
         parts.append(f"Q19 (larger models reach a given loss in {what}): {v['verdict']} — {v['reason']}.")

@@ -16,6 +16,11 @@ STUDY_MODULES = [
     "ptmlab.studies.ablation", "ptmlab.studies.attention_explanation", "ptmlab.studies.random_init",
     "ptmlab.studies.anomaly",
     "ptmlab.studies.ghost", "ptmlab.studies.super_tickets", "ptmlab.studies.compression",
+    "ptmlab.studies.long_attention",
+    "ptmlab.studies.objectives", "ptmlab.studies.span_corruption", "ptmlab.studies.domain_adaptation",
+    "ptmlab.studies.tokenizers_downstream",
+    "ptmlab.studies.multilingual", "ptmlab.studies.meta_kd",
+    "ptmlab.studies.scaling", "ptmlab.studies.data_quality",
 ]
 
 

@@ -167,10 +167,10 @@ def run(argv: list[str]) -> int:
                 _meta(a, seed, others, base / "d" / d)
                 tr = [dd.get(n).splits["train"] for n in others]
                 te = dd.get(d).splits["test"]
-                lodo.append({"seed": seed, "held_out": d,
-                             "meta_kd_student": _heldout_accuracy(str(base / "d" / d), dd, d, a.max_length),
-                             "tfidf_lr": tfidf_accuracy([t for s in tr for t in s.text], [y for s in tr for y in s.label],
-                                                        te.text, te.label)})
+                tfidf = tfidf_accuracy([t for s in tr for t in s.text], [y for s in tr for y in s.label], te.text,
+                                       te.label)
+                lodo.append({"seed": seed, "held_out": d, "tfidf_lr": tfidf,
+                             "meta_kd_student": _heldout_accuracy(str(base / "d" / d), dd, d, a.max_length)})
     verdict_text = verdict(rows, lodo)
     figs = []
     methods = [m for m in ("single_kd", "pooled_kd", "meta_kd") if rows and m in rows[0]]

@@ -1,0 +1,204 @@
+"""Study ``data-quality`` (Q4): does a cleaner pre-training corpus beat a larger raw one?
+
+Claim (Raffel et al. 2020, T5, Table 8): pre-training on C4 (filtered) beats the unfiltered crawl, though the raw
+corpus is larger; "a smaller, cleaner corpus beats a larger raw one".
+
+Set-up. Clean English prose documents from the shared WikiText-2 and Gutenberg text are split into a held-out set
+and a training set; the training set becomes a noisy web-like corpus, deterministically (``make_noisy_corpus``:
+boilerplate lines, menus, exact and near duplicates, code, other languages), and ``ptmlab clean`` cleans it. The
+same small model (masked LM, same initialisation per seed) is pre-trained three times per seed:
+  - clean: one epoch of the cleaned corpus (T tokens);
+  - raw at equal tokens: the raw corpus for exactly the clean run's steps (the batch and block size are shared, so
+    equal steps are equal tokens);
+  - raw, larger: one epoch of the raw corpus (more documents, more tokens and steps: the "larger raw corpus").
+Every model is evaluated on the same clean held-out documents (``valid_files``) and fine-tuned on the same task.
+
+Rule (written before the runs). For each seed take the paired differences d_loss = raw loss - clean loss and
+d_task = clean metric - raw metric. A difference is *real* when its mean exceeds two standard errors across seeds
+and every seed has the same sign. Against the larger raw corpus:
+  - supported: d_loss is really positive (clean has lower held-out loss) and d_task is not really negative;
+  - not supported: d_loss is really negative and d_task is not really positive;
+  - inconclusive: otherwise (differences within noise, or the two measures disagree).
+The same rule at equal tokens answers the narrower question "is clean text worth more per token". Seeds >= 2.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ptmlab.core.config import build_config, opt
+from ptmlab.core.errors import PtmlabError
+from ptmlab.core.io import atomic_write_text
+from ptmlab.studies import STUDIES
+from ptmlab.studies.common import StudyArgs, finetune_variant, parse_study_args, write_study
+
+SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
+VARIANTS = ("clean", "raw_equal", "raw_full")
+
+SMALL = dict(docs=120, valid_docs=30, pt_layers=1, pt_hidden=32, block_size=32, pt_batch_size=16, seeds=["0", "1"],
+             max_train=300, max_eval=200, max_length=32, epochs=1.0, batch_size=16, eval_blocks=64)
+
+
+@dataclass(frozen=True)
+class DataQualityArgs(StudyArgs):
+    output: str = opt("runs/study-data-quality", "output directory")
+    text_dir: str = opt("", "folder with wikitext-2/ and gutenberg/ (default: the shared text)")
+    docs: int = opt(600, "clean documents that become the noisy training corpus")
+    valid_docs: int = opt(100, "clean held-out documents for the eval loss")
+    noise_fraction: float = opt(0.4, "share of noise documents in the raw corpus")
+    seeds: list[str] = opt(["0", "1", "2"], "pre-training and fine-tuning seeds (at least 2)")
+    pt_layers: int = opt(2, "layers of the pre-trained model")
+    pt_hidden: int = opt(128, "hidden size of the pre-trained model")
+    block_size: int = opt(64, "pre-training block size")
+    pt_batch_size: int = opt(16, "pre-training batch size")
+    pt_lr: float = opt(2e-3, "pre-training learning rate")
+    eval_blocks: int = opt(256, "held-out blocks for the eval loss (0: all)")
+    tokenizer: str = opt("minilm", "tokenizer of every pre-trained model")
+    lr: float = opt(5e-4, "fine-tuning learning rate (models pre-trained from scratch need a high one)")
+    model: str = opt("", "unused: every variant fine-tunes its own pre-trained model")
+
+    def validate(self) -> None:
+        super().validate()
+        if len({int(s) for s in self.seeds if s.lstrip("-").isdigit()}) < 2:
+            raise PtmlabError(f"--seeds {','.join(self.seeds)}: give at least two distinct integer seeds")
+        if self.docs < 10 or self.valid_docs < 2:
+            raise PtmlabError(f"--docs {self.docs} / --valid-docs {self.valid_docs} are too few: use >= 10 and >= 2")
+        if not 0 < self.noise_fraction < 1:
+            raise PtmlabError(f"--noise-fraction must be in (0, 1), got {self.noise_fraction}")
+
+
+# ------------------------------------------------------------------------------------------------ the rule
+def real_difference(diffs: list[float]) -> str:
+    """'positive' / 'negative' when the mean exceeds two standard errors and every seed agrees, else 'none'."""
+    d = np.asarray(diffs, dtype=float)
+    if len(d) == 0 or not np.all(np.isfinite(d)):
+        return "none"
+    se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else 0.0
+    if d.mean() > 2 * se and np.all(d > 0):
+        return "positive"
+    if d.mean() < -2 * se and np.all(d < 0):
+        return "negative"
+    return "none"
+
+
+def quality_verdict(loss_diffs: list[float], task_diffs: list[float]) -> str:
+    """The rule of the docstring: ``loss_diffs`` = raw - clean held-out loss, ``task_diffs`` = clean - raw metric."""
+    loss, task = real_difference(loss_diffs), real_difference(task_diffs)
+    if loss == "positive" and task != "negative":
+        return SUPPORTED
+    if loss == "negative" and task != "positive":
+        return NOT_SUPPORTED
+    return INCONCLUSIVE
+
+
+# ------------------------------------------------------------------------------------------------ the corpus
+def _text_root(a: DataQualityArgs) -> Path:
+    if a.text_dir:
+        root = Path(a.text_dir)
+    else:
+        from ptmlab.tokenization.corpora import shared_data_dir
+
+        shared = shared_data_dir()
+        root = shared / "text" if shared else Path("../shared/data/text")
+    if not (root / "wikitext-2").is_dir() and not (root / "gutenberg").is_dir():
+        raise PtmlabError(f"no wikitext-2/ or gutenberg/ under '{root}': pass --text-dir with the shared text folder")
+    return root
+
+
+def build_corpora(a: DataQualityArgs, out: Path) -> dict:
+    """raw.jsonl (noisy), valid.jsonl (clean held-out) and the cleaned corpus, built once and reused."""
+    from ptmlab.clean.noisy import load_text_documents, make_noisy_corpus, score
+    from ptmlab.clean.pipeline import CleanConfig, run_clean
+
+    data = out / "data"
+    raw, valid, cleaned = data / "raw.jsonl", data / "valid.jsonl", data / "cleaned"
+    if not (cleaned / "stats.json").is_file() or a.overwrite:
+        docs = load_text_documents(_text_root(a), a.docs + a.valid_docs, seed=0)
+        if len(docs) < a.docs + a.valid_docs:
+            raise PtmlabError(f"the text holds {len(docs)} documents, fewer than --docs {a.docs} + --valid-docs "
+                              f"{a.valid_docs}: lower them")
+        held, train = docs[:a.valid_docs], docs[a.valid_docs:]
+        noisy, truth = make_noisy_corpus(train, seed=0, noise_fraction=a.noise_fraction)
+        atomic_write_text(valid, "".join(json.dumps({"id": f"valid{i}", "text": t}) + "\n" for i, t in enumerate(held)))
+        atomic_write_text(raw, "".join(json.dumps(d) + "\n" for d in noisy))
+        atomic_write_text(data / "truth.json", json.dumps([t.__dict__ for t in truth]))
+        run_clean(CleanConfig(inputs=[str(raw)], output=str(cleaned), overwrite=True))
+    from ptmlab.clean.noisy import Truth
+
+    truth = [Truth(**t) for t in json.loads((data / "truth.json").read_text())]
+    kept = {d["id"]: d["text"] for d in map(json.loads, (cleaned / "clean.jsonl").read_text().splitlines())}
+    return {"raw": str(raw), "clean": str(cleaned / "clean.jsonl"), "valid": str(valid),
+            "cleaning": score(truth, kept), "raw_docs": len(truth), "clean_docs": len(kept)}
+
+
+# ------------------------------------------------------------------------------------------------ the runs
+def pretrain(a: DataQualityArgs, files: str, valid: str, seed: int, out_dir: Path, max_steps: int = 0) -> dict:
+    from ptmlab.core.rundir import RunDir
+    from ptmlab.pretrain.config import PretrainConfig
+    from ptmlab.pretrain.run import run_pretrain
+
+    if (out_dir / "summary.json").is_file() and not a.overwrite:
+        return RunDir(out_dir).summary()
+    cfg = build_config(PretrainConfig, dict(
+        files=[files], valid_files=[valid], objective="mlm", arch="bert", tokenizer=a.tokenizer,
+        layers=a.pt_layers, hidden=a.pt_hidden, heads=max(1, a.pt_hidden // 32), ffn=4 * a.pt_hidden,
+        block_size=a.block_size, batch_size=a.pt_batch_size, lr=a.pt_lr, seed=seed, epochs=1.0, max_steps=max_steps,
+        eval_steps=0, eval_blocks=a.eval_blocks, precision=a.precision, output=str(out_dir), overwrite=True,
+        logging_steps=10), source="study")
+    return run_pretrain(cfg, command="study")
+
+
+@STUDIES.register("data-quality", help="Q4: a cleaner pre-training corpus vs a larger raw one (eval loss, fine-tuning)")
+def run(argv: list[str]) -> int:
+    from ptmlab.report.plots import bar_plot
+
+    a = parse_study_args("data-quality", DataQualityArgs, argv, __doc__, small=SMALL)
+    out = Path(a.output)
+    corpora = build_corpora(a, out)
+    rows = []
+    for seed in sorted({int(s) for s in a.seeds}):
+        res = {}
+        res["clean"] = pretrain(a, corpora["clean"], corpora["valid"], seed, out / f"pt-clean-s{seed}")
+        res["raw_equal"] = pretrain(a, corpora["raw"], corpora["valid"], seed, out / f"pt-raw_equal-s{seed}",
+                                    max_steps=res["clean"]["steps"])
+        res["raw_full"] = pretrain(a, corpora["raw"], corpora["valid"], seed, out / f"pt-raw_full-s{seed}")
+        for v in VARIANTS:
+            ft = finetune_variant(a, out / f"ft-{v}-s{seed}", model=str(out / f"pt-{v}-s{seed}"), seed=seed,
+                                  test=False)
+            s = res[v]
+            rows.append({"variant": v, "seed": seed, "steps": s["steps"], "tokens": s["metrics"]["tokens"],
+                         "eval_loss": s["metrics"]["eval_loss"], "task": a.task,
+                         "task_metric": ft["metrics"][ft["main_metric"]], "metric": ft["main_metric"]})
+    by = {(r["variant"], r["seed"]): r for r in rows}
+    seeds = sorted({r["seed"] for r in rows})
+    verdicts = {}
+    for raw in ("raw_full", "raw_equal"):
+        dl = [by[(raw, s)]["eval_loss"] - by[("clean", s)]["eval_loss"] for s in seeds]
+        dt = [by[("clean", s)]["task_metric"] - by[(raw, s)]["task_metric"] for s in seeds]
+        verdicts[raw] = {"verdict": quality_verdict(dl, dt), "loss_diffs": dl, "task_diffs": dt}
+    c = corpora["cleaning"]
+    mean = {v: float(np.mean([by[(v, s)]["eval_loss"] for s in seeds])) for v in VARIANTS}
+    tok = {v: float(np.mean([by[(v, s)]["tokens"] for s in seeds])) for v in VARIANTS}
+    vf, ve = verdicts["raw_full"], verdicts["raw_equal"]
+    verdict = (f"A cleaner corpus beats a larger raw one: {vf['verdict']} (held-out loss clean {mean['clean']:.3f} "
+               f"on {tok['clean']:,.0f} tokens vs raw {mean['raw_full']:.3f} on {tok['raw_full']:,.0f} tokens; "
+               f"per-seed loss gaps {_fmt(vf['loss_diffs'])}, {a.task} gaps {_fmt(vf['task_diffs'])}). At equal "
+               f"tokens clean text wins: {ve['verdict']} (raw {mean['raw_equal']:.3f}; loss gaps "
+               f"{_fmt(ve['loss_diffs'])}, {a.task} gaps {_fmt(ve['task_diffs'])}). Cleaning removed "
+               f"{c['noise_removed']:.0%} of noise documents and kept {c['clean_kept']:.0%} of clean ones "
+               f"({corpora['raw_docs']} -> {corpora['clean_docs']} documents); {len(seeds)} seeds.")
+    fig = bar_plot([f"{r['variant']} s{r['seed']}" for r in rows], [r["eval_loss"] for r in rows],
+                   "held-out loss (clean text)", "pre-training corpus vs held-out loss")
+    write_study(out, "Study: data quality (Q4)", rows, verdict, [(fig, "data_quality", "held-out loss per run")],
+                extra={"verdicts": verdicts, "cleaning": c, "corpora": {k: corpora[k] for k in
+                                                                         ("raw_docs", "clean_docs")}})
+    return 0
+
+
+def _fmt(xs: list[float]) -> str:
+    return "[" + ", ".join(f"{x:+.3f}" for x in xs) + "]"

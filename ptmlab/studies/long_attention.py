@@ -1,0 +1,267 @@
+"""Study ``long-attention`` (Q10, Q11): does self-attention's cost grow quadratically with length, and is
+sliding-window + global attention (Longformer) the linear-cost answer for documents longer than 512 tokens?
+
+Verdict rules (fixed before any number is seen; ``q10_verdict`` and ``q11_verdict`` implement them):
+
+Q10, full attention is quadratic. Batch-1 forward latency of a MiniLM-shaped encoder (6 layers, hidden 384, random
+weights) with full attention (PyTorch's fused ``sdpa``; ``eager``, which stores the n x n scores, is reported beside
+it where they fit in --eager-max-gb) is measured at every --lengths. The exponent is the log-log slope over the top
+quarter of the range (max/4 .. max). Attention's multiply-adds per token (2 n hidden) pass those of the projections
+and feed-forward (12 hidden^2) at n* = 6 x hidden = 2,304 tokens, so the n^2 term can only dominate beyond n*.
+- supported: the sdpa exponent is >= 1.5;
+- not supported: the longest length is >= 2 n* and the exponent is <= 1.2 (cost stays linear where attention's
+  share of the work dominates);
+- inconclusive: anything else (for instance lengths that stop before the n^2 term dominates).
+
+Q11, window attention is the linear-cost answer. Cost: the window implementation's exponent over the same range.
+Accuracy: on --task (``longdocs``: which of 13 books a 2,000-4,000-token passage comes from) the same model is
+fine-tuned with the same data, epochs and --seeds three ways: truncation to --short-length tokens, chunk-and-pool
+(--short-length chunks, --long-stride apart, logits pooled by --long-pool) over --max-length tokens, and window
+attention over --max-length tokens (the model converted by ``ptmlab longify``). Dev accuracy is averaged over seeds;
+the margin is the larger of 1 / (dev examples) and the widest seed spread (max - min) of the two variants compared.
+- supported: the window exponent is <= 1.3 and window accuracy >= truncation accuracy + margin;
+- not supported: the window exponent is > 1.5, or window accuracy <= truncation accuracy - margin;
+- inconclusive: anything else (a difference inside the seeds' noise, or an exponent between 1.3 and 1.5).
+Chunk-and-pool is reported beside it: window is "as good as" chunking when their difference is inside the margin.
+
+``--budget small`` runs the tiny random model on a synthetic long task (``ptmlab.longseq.synthetic``: class keywords
+scattered over 240 filler words) at 64-256 tokens in about a minute: it checks the machinery, not the claims.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from ptmlab.core.config import opt
+from ptmlab.core.errors import PtmlabError
+from ptmlab.studies import STUDIES
+from ptmlab.studies.common import StudyArgs, command_config, parse_study_args, write_study
+
+VARIANTS = ("truncate", "chunk", "window")
+IMPLS = {"eager": "eager", "sdpa": "sdpa", "window": "ptmlab_window"}
+COST_HIDDEN = 384  # the MiniLM-shaped cost model (ptmlab.longseq.cost.MINILM_SHAPE)
+
+SMALL = dict(model="tiny", task="synthetic-long", max_train=32, max_eval=32, max_length=512, short_length=64,
+             window=64, long_stride=32, epochs=1.0, batch_size=16, eval_batch_size=64, lengths=["64", "128", "256"],
+             reps=1, synthetic_words=240)
+
+
+@dataclass(frozen=True)
+class LongAttentionArgs(StudyArgs):
+    model: str = opt("minilm", "model to fine-tune (the window variant uses its `ptmlab longify` conversion)")
+    task: str = opt("longdocs", "task with long documents (longdocs, any --train-file task, or synthetic-long)")
+    max_train: int | None = opt(None, "training documents (default: all)")
+    max_eval: int | None = opt(None, "dev documents (default: all)")
+    max_length: int = opt(4096, "tokens read per document by chunk and window")
+    short_length: int = opt(512, "tokens kept by truncation, and the chunk length")
+    window: int = opt(256, "window attention width (total, half each side)")
+    long_stride: int = opt(256, "chunk-and-pool: tokens between chunk starts")
+    long_pool: str = opt("mean", "chunk-and-pool: pool logits by mean or max", choices=["mean", "max"])
+    variants: list[str] = opt(list(VARIANTS), "strategies to compare (truncate, chunk, window)")
+    seeds: list[str] = opt(["0", "1"], "fine-tuning seeds (at least 2 for the noise margin)")
+    epochs: float = opt(2.0, "epochs of every variant")
+    batch_size: int = opt(16, "documents per optimizer step")
+    eval_batch_size: int = opt(32, "evaluation batch (long evaluations read about this x 128 tokens per pass)")
+    lengths: list[str] = opt(["512", "1024", "2048", "4096", "8192"], "lengths for the cost curves (Q10)")
+    reps: int = opt(2, "best of N forward passes per cost cell")
+    eager_max_gb: float = opt(2.0, "skip eager attention where its n x n scores would exceed this")
+    synthetic_words: int = opt(2000, "synthetic-long task: filler words per document")
+    output: str = opt("runs/study-long-attention", "output directory")
+
+    @property
+    def seed_list(self) -> list[int]:
+        return _ints(self.seeds, "seeds")
+
+    @property
+    def length_list(self) -> list[int]:
+        return sorted(set(_ints(self.lengths, "lengths")))
+
+    def validate(self) -> None:
+        super().validate()
+        bad = [v for v in self.variants if v not in VARIANTS]
+        if bad or not self.variants:
+            raise PtmlabError(f"--variants {bad or '[]'} unknown: choose from {', '.join(VARIANTS)}")
+        if not self.seed_list:
+            raise PtmlabError("--seeds is empty: give at least one seed (2 or more for a noise margin)")
+        if len(set(self.length_list)) < 2 or min(self.length_list) < 8:
+            raise PtmlabError(f"--lengths {','.join(self.lengths)}: give at least two lengths of 8 tokens or more")
+        if self.short_length > self.max_length:
+            raise PtmlabError(f"--short-length {self.short_length} exceeds --max-length {self.max_length}: the "
+                              f"truncated input must be the shorter one")
+
+
+def _ints(values: list[str], name: str) -> list[int]:
+    try:
+        return [int(v) for v in values]
+    except ValueError:
+        raise PtmlabError(f"--{name} takes whole numbers separated by commas, got {','.join(values)}") from None
+
+
+# ----------------------------------------------------------------------------------------------- verdict rules
+def q10_verdict(exponent: float | None, longest: int, hidden: int = COST_HIDDEN) -> tuple[str, str]:
+    """(label, sentence) for Q10 from the full-attention latency exponent over the top of the range."""
+    crossover = 6 * hidden
+    if exponent is None:
+        return "inconclusive", "Q10 inconclusive: fewer than two full-attention lengths were measured."
+    said = f"full attention's latency grows as n^{exponent:.2f} up to {longest:,} tokens"
+    if exponent >= 1.5:
+        return "supported", f"Q10 supported: {said} (>= 1.5: the quadratic term dominates)."
+    if longest >= 2 * crossover and exponent <= 1.2:
+        return "not supported", (f"Q10 not supported: {said}, near-linear although attention does most of the "
+                                 f"work beyond {crossover:,} tokens.")
+    return "inconclusive", (f"Q10 inconclusive: {said}; attention's n^2 work passes the linear layers' only beyond "
+                            f"~{crossover:,} tokens (measure up to {2 * crossover:,}+ to decide).")
+
+
+def noise_margin(acc: dict[str, list[float]], names: tuple[str, ...], n_dev: int) -> float:
+    """The larger of one dev example (1 / n_dev) and the widest seed spread of the named variants."""
+    spreads = [max(acc[v]) - min(acc[v]) for v in names if acc.get(v)]
+    return max([1.0 / max(1, n_dev), *spreads])
+
+
+def q11_verdict(window_exponent: float | None, acc: dict[str, list[float]], n_dev: int) -> tuple[str, str]:
+    """(label, sentence) for Q11 from window attention's exponent and per-seed dev accuracies per variant."""
+    if not acc.get("window") or not acc.get("truncate"):
+        return "inconclusive", "Q11 inconclusive: needs both the window and the truncate variants."
+    w, t = statistics.mean(acc["window"]), statistics.mean(acc["truncate"])
+    m = noise_margin(acc, ("window", "truncate"), n_dev)
+    exp = "unmeasured" if window_exponent is None else f"n^{window_exponent:.2f}"
+    said = (f"window attention costs {exp} and reaches {w:.4f} accuracy vs {t:.4f} truncated ({w - t:+.4f}, "
+            f"margin {m:.4f})")
+    if window_exponent is not None and window_exponent > 1.5:
+        label = "not supported"
+    elif w <= t - m:
+        label = "not supported"
+    elif window_exponent is not None and window_exponent <= 1.3 and w >= t + m:
+        label = "supported"
+    else:
+        label = "inconclusive"
+    text = f"Q11 {label}: {said}"
+    if acc.get("chunk"):
+        c = statistics.mean(acc["chunk"])
+        mc = noise_margin(acc, ("window", "chunk"), n_dev)
+        rel = "as good as" if abs(w - c) < mc else ("better than" if w > c else "worse than")
+        text += f"; window is {rel} chunk-and-pool ({c:.4f}, margin {mc:.4f})"
+    return label, text + "."
+
+
+# ------------------------------------------------------------------------------------------------- measuring
+def measure_costs(lengths: list[int], window: int, reps: int, eager_max_gb: float) -> list[dict]:
+    """Latency (all cells first) then peak memory per (implementation, length) on the MiniLM-shaped model, fp32."""
+    from ptmlab.core.progress import progress
+    from ptmlab.longseq.cost import measure_forward, measure_peak_memory, minilm_shaped_model
+
+    lengths = sorted(lengths)
+    model = minilm_shaped_model(max(lengths), window=window)
+    rows = [{"impl": impl, "dtype": "fp32", "length": n, "latency_s": None, "peak_mb": None}
+            for n in lengths for impl in IMPLS]
+    cells = [r for r in rows if not (r["impl"] == "eager" and 12 * r["length"] ** 2 * 8 / 2**30 > eager_max_gb)]
+    for phase in ("latency", "memory"):  # memory last: measuring it slows the allocator (ptmlab.longseq.cost)
+        for r in progress(cells, desc=f"cost ({phase})"):
+            model.set_attn_implementation(IMPLS[r["impl"]])
+            if phase == "latency":
+                r["latency_s"] = measure_forward(model, r["length"], "cpu", reps=reps)
+            else:
+                r["peak_mb"] = measure_peak_memory(model, r["length"], "cpu")
+    return rows
+
+
+def top_exponent(rows: list[dict], impl: str, key: str = "latency_s") -> float | None:
+    """Growth exponent of ``impl``'s ``key`` over the top quarter of the measured lengths."""
+    from ptmlab.longseq.cost import growth_exponent
+
+    pts = sorted((r["length"], r[key]) for r in rows if r["impl"] == impl and r[key] is not None)
+    if not pts:
+        return None
+    hi = max(r["length"] for r in rows)
+    return growth_exponent([p[0] for p in pts], [p[1] for p in pts], lo=hi // 4, hi=hi)
+
+
+def _variant(a: LongAttentionArgs, out_dir: Path, files: dict, **overrides) -> dict:
+    """Fine-tune one (strategy, seed) variant through ``finetune``'s long-input plan; reuse a finished one."""
+    from ptmlab.core.rundir import RunDir
+    from ptmlab.longseq.runs import plan_long_finetune
+    from ptmlab.train.args import FinetuneConfig
+    from ptmlab.train.finetune import run_finetune
+
+    if (out_dir / "summary.json").is_file() and not a.overwrite:
+        return RunDir(out_dir).summary()
+    cfg = command_config(a, FinetuneConfig, output=str(out_dir), test=False, **files, **overrides)
+    plan = plan_long_finetune(cfg)
+    return run_finetune(plan.cfg, command="study", loss_fn=plan.loss_fn, evaluator=plan.evaluator)
+
+
+def _long_model(a: LongAttentionArgs, out: Path) -> str:
+    from ptmlab.longseq.pipeline import LongifyConfig, run_longify
+
+    path = out / "long-model"
+    if not (path / "config.json").is_file() or a.overwrite:
+        run_longify(LongifyConfig(model=a.model, max_length=a.max_length, window=a.window, output=str(path)))
+    return str(path)
+
+
+def run_variants(a: LongAttentionArgs, out: Path) -> tuple[list[dict], dict[str, list[float]], int]:
+    """Fine-tune every variant and seed; returns per-variant rows, per-seed accuracies and the dev size."""
+    files: dict = {}
+    if a.task == "synthetic-long":
+        from ptmlab.longseq.synthetic import write_long_task
+
+        n_train, n_dev = a.max_train or 300, a.max_eval or 100
+        paths = write_long_task(out / "data", n_train, n_dev, a.synthetic_words, seed=0)
+        files = {"train_file": paths["train"], "dev_file": paths["dev"]}
+    settings = {
+        "truncate": dict(model=a.model, max_length=a.short_length, long_strategy="truncate"),
+        "chunk": dict(model=a.model, max_length=a.max_length, long_strategy="chunk", long_chunk=a.short_length),
+        "window": dict(max_length=a.max_length, long_strategy="window"),
+    }
+    if "window" in a.variants:
+        settings["window"]["model"] = _long_model(a, out)
+    rows, acc, n_dev = [], {}, 0
+    for v in a.variants:
+        summaries = [_variant(a, out / f"{v}-seed{s}", files, seed=s, **settings[v]) for s in a.seed_list]
+        acc[v] = [float(s["metrics"]["accuracy"]) for s in summaries]
+        n_dev = summaries[0]["eval_examples"]
+        f1 = [float(s["metrics"].get("macro_f1", float("nan"))) for s in summaries]
+        tokens = a.short_length if v == "truncate" else a.max_length
+        rows.append({"part": "Q11", "variant": v, "max_tokens": tokens, "accuracy": statistics.mean(acc[v]),
+                     "accuracy_seeds": " ".join(f"{x:.4f}" for x in acc[v]), "macro_f1": statistics.mean(f1),
+                     "train_s": statistics.mean(s["train_seconds"] for s in summaries),
+                     "train_docs_per_s": statistics.mean(s["train_examples_per_second"] for s in summaries)})
+    return rows, acc, n_dev
+
+
+@STUDIES.register("long-attention", help="Q10/Q11: is full attention quadratic, and window attention the linear "
+                                         "answer? cost curves + longdocs accuracy (truncate vs chunk vs window)")
+def run(argv: list[str]) -> int:
+    a = parse_study_args("long-attention", LongAttentionArgs, argv, __doc__, small=SMALL)
+    out = Path(a.output)
+    var_rows, acc, n_dev = run_variants(a, out)  # fine-tuning first: memory measurement slows the allocator
+    cost_rows = measure_costs(a.length_list, a.window, a.reps, a.eager_max_gb)
+    longest = max(a.length_list)
+    exp = {impl: top_exponent(cost_rows, impl) for impl in IMPLS}
+    mem = {impl: top_exponent(cost_rows, impl, "peak_mb") for impl in IMPLS}
+    q10 = q10_verdict(exp["sdpa"], longest)
+    q11 = q11_verdict(exp["window"], acc, n_dev)
+    exp_rows = [{"part": "Q10", "variant": f"{impl} attention", "max_tokens": longest,
+                 "latency_exponent": exp[impl], "memory_exponent": mem[impl],
+                 "latency_s_longest": next((r["latency_s"] for r in cost_rows
+                                            if r["impl"] == impl and r["length"] == longest), None)}
+                for impl in IMPLS]
+    from ptmlab.longseq.cost import scaling_plot
+    from ptmlab.report.plots import bar_plot
+
+    figures = [(scaling_plot(cost_rows, "MiniLM-shaped forward, batch 1, fp32"), "cost",
+                "latency and peak extra memory vs length (log-log)")]
+    if var_rows:
+        figures.append((bar_plot([r["variant"] for r in var_rows], [r["accuracy"] for r in var_rows],
+                                 "dev accuracy (mean over seeds)", f"{a.task}: {a.model}"), "accuracy",
+                        "dev accuracy per long-input strategy"))
+    columns = ["part", "variant", "max_tokens", "accuracy", "accuracy_seeds", "macro_f1", "train_s",
+               "train_docs_per_s", "latency_exponent", "memory_exponent", "latency_s_longest"]
+    verdict = f"{q10[1]} {q11[1]}"
+    write_study(out, f"Study: long attention ({a.model} on {a.task}, budget {a.budget})", exp_rows + var_rows,
+                verdict, figures, extra={"q10": q10[0], "q11": q11[0], "cost_rows": cost_rows,
+                                         "seed_accuracy": acc, "dev_examples": n_dev}, columns=columns)
+    return 0

@@ -1,0 +1,114 @@
+"""Study ``objectives`` (Q2, Q6): which pre-training objective gives the best downstream score at equal compute?
+
+Claim (Q6, from ELECTRA: Clark et al., ICLR 2020): replaced-token detection learns from every input position, not
+only the 15% that are masked, so at equal pre-training compute ELECTRA fine-tunes better than masked-LM
+objectives. The paper's number: ELECTRA-Small 79.9 GLUE dev against 75.1 for a BERT-Small trained with the same
+compute (Table 1); at base size with equal compute, ELECTRA 85.0 against BERT 82.2 (Table 5).
+
+Method: one small model per objective, pre-trained from scratch on the same text with the same tokenizer, block
+size and batch, to the same training FLOPs (``--max-flops``: 6N per token plus attention, N counting every
+trained parameter outside the embedding tables, ELECTRA's generator included; the budget becomes a step count,
+so the runs' FLOPs agree to within one step, and the study checks and reports that they agree within 5%). The
+encoder-only objectives (mlm, wwm, span, electra) train BERT/ELECTRA encoders, clm a GPT-2 decoder, t5 and bart
+encoder-decoders of the same layer count per stack; every kept model is fine-tuned identically (transformers'
+own sequence-classification heads: BERT/ELECTRA [CLS], GPT-2 last token, T5/BART decoder end) on SST-2 and MRPC
+(the built-in tweets without the GLUE data), once per seed, and scored on the dev split.
+
+Verdict rule (written before the runs): a run's score is the average over tasks of each task's main dev metric;
+per objective, mean ± spread over seeds (spread = half the range). Supported when ELECTRA's mean beats every
+other objective's by more than the larger of the two spreads; not supported when another objective's mean beats
+ELECTRA's by that margin; inconclusive otherwise, with fewer than two seeds, or when the runs' FLOPs differ by
+more than 5% (then the comparison is not at equal compute).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ptmlab.core.config import opt
+from ptmlab.core.errors import PtmlabError
+from ptmlab.studies import STUDIES
+from ptmlab.studies.common import parse_study_args, write_study
+from ptmlab.studies.pretrain_common import (
+    INCONCLUSIVE,
+    SMALL_FINETUNE,
+    PretrainStudyArgs,
+    best_variant_verdict,
+    check_seeds,
+    finetune_all,
+    flop_spread,
+    pretrain_config,
+    pretrain_variant,
+    scores_figure,
+    study_tasks,
+    summary_rows,
+)
+
+CLAIMED = "electra"
+FLOP_TOLERANCE = 0.05
+ARCH = {"mlm": "bert", "wwm": "bert", "span": "bert", "electra": "electra", "clm": "gpt2", "t5": "t5",
+        "bart": "bart"}
+
+SMALL = dict(objectives=["mlm", "wwm", "span", "electra", "clm"], size="tiny", layers=1, hidden=32, heads=2,
+             ffn=64, block_size=32, pretrain_batch_size=8, pretrain_lr=2e-3, max_flops=4.5e8, eval_blocks=16,
+             **SMALL_FINETUNE)
+
+
+@dataclass(frozen=True)
+class ObjectivesArgs(PretrainStudyArgs):
+    objectives: list[str] = opt(["mlm", "wwm", "span", "electra", "clm", "t5", "bart"],
+                                "objectives to compare (each from scratch on its usual architecture)")
+    output: str = opt("runs/study-objectives", "output directory")
+
+    def validate(self) -> None:
+        from ptmlab.pretrain.objectives import OBJECTIVES
+
+        super().validate()
+        for o in self.objectives:
+            OBJECTIVES.get(o)
+            if o not in ARCH:
+                raise PtmlabError(f"objective '{o}' has no classification model to fine-tune in this study: "
+                                  f"choose from {', '.join(ARCH)}")
+        if CLAIMED not in self.objectives or len(self.objectives) < 2:
+            raise PtmlabError(f"--objectives must include {CLAIMED} and at least one other objective")
+
+
+def verdict(scores: dict[str, list[float]], flop_gap: float) -> tuple[str, str]:
+    """(outcome, sentence) by the rule in the module docstring."""
+    if flop_gap > FLOP_TOLERANCE:
+        return INCONCLUSIVE, (f"the runs' FLOPs differ by {100 * flop_gap:.1f}% (> {100 * FLOP_TOLERANCE:.0f}%): "
+                              f"not an equal-compute comparison; raise --max-flops so every run takes more steps")
+    outcome, why = best_variant_verdict(scores, CLAIMED)
+    return outcome, why
+
+
+@STUDIES.register("objectives", help="Q2/Q6: pre-training objectives at equal FLOPs (mlm wwm span electra clm t5 "
+                                     "bart), fine-tuned; is ELECTRA best?")
+def run(argv: list[str]) -> int:
+    a = parse_study_args("objectives", ObjectivesArgs, argv, __doc__, small=SMALL)
+    out = Path(a.output)
+    tasks = study_tasks(a)
+    per_seed = []
+    for seed in check_seeds(a.seeds):
+        for obj in a.objectives:
+            run_dir = out / f"{obj}-seed{seed}"
+            s = pretrain_variant(pretrain_config(a, run_dir, seed, objective=obj, arch=ARCH[obj]), a.overwrite)
+            m = s["metrics"]
+            per_seed.append({"objective": obj, "seed": seed, "arch": s["architecture"], "steps": s["steps"],
+                             "tokens": m["tokens"], "flops": m["flops"], "eval_loss": m["eval_loss"],
+                             "tokens_per_second": m["tokens_per_second"],
+                             **finetune_all(a, run_dir, tasks, seed)})
+    gap = flop_spread([r["flops"] for r in per_seed])
+    rows, avg = summary_rows(per_seed, "objective", tasks)
+    outcome, why = verdict(avg, gap)
+    text = (f"{outcome}: {why}. Claim: ELECTRA's replaced-token detection gives the best downstream score at equal "
+            f"compute (paper: ELECTRA-Small 79.9 vs BERT-Small 75.1 GLUE dev). Here: {len(a.objectives)} "
+            f"objectives, {len(a.seeds)} seeds, {a.max_flops:.3g} FLOPs each (runs within {100 * gap:.2f}% of each "
+            f"other), score = mean dev {'/'.join(tasks)} main metric.")
+    fig = scores_figure(avg, "dev score (average over tasks)", f"objectives at {a.max_flops:.3g} FLOPs")
+    write_study(out, "Study: pre-training objectives at equal compute", rows, text,
+                [(fig, "objectives", "mean ± spread over seeds (dots: seeds)")],
+                extra={"outcome": outcome, "flop_spread": gap, "tasks": tasks, "per_seed": per_seed,
+                       "max_flops": a.max_flops})
+    return 0

@@ -1,0 +1,239 @@
+"""What the pre-training studies (``objectives``, ``span-corruption``, ``domain-adaptation``,
+``tokenizers-downstream``) share: their options, one pre-training per variant and seed (reused when finished,
+resumed when killed), fine-tuning it on every task, mean ± spread over seeds, and the noise-aware verdict rule.
+
+Spread is half the range over seeds (max - min) / 2, so ``mean ± spread`` covers every seed's number. Two
+variants differ "by more than noise" when their means differ by more than the larger of their two spreads; a
+study with fewer than two seeds cannot tell noise from effect and says inconclusive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ptmlab.core.config import build_config, opt
+from ptmlab.core.errors import PtmlabError
+from ptmlab.studies.common import StudyArgs, finetune_variant
+
+SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
+# with --budget small: tiny subsets so that a study runs in about a minute on two cores (tests, CI)
+SMALL_FINETUNE = dict(max_train=64, max_eval=64, max_length=32, batch_size=16, epochs=1.0, eval_batch_size=64)
+
+
+@dataclass(frozen=True)
+class PretrainStudyArgs(StudyArgs):
+    """Pre-training options of a study (models from scratch), then the fine-tuning options every variant shares."""
+
+    files: list[str] = opt([], "pre-training text: files or folders (default: ../shared/data/text/wikitext-2 "
+                               "when present, else the built-in tweets' training text)")
+    tokenizer: str = opt("minilm", "tokenizer of the models pre-trained from scratch")
+    size: str = opt("mini", "named size of the models pre-trained from scratch: tiny mini small base")
+    layers: int = opt(0, "transformer layers (0: from --size)")
+    hidden: int = opt(0, "hidden size (0: from --size)")
+    heads: int = opt(0, "attention heads (0: from --size)")
+    ffn: int = opt(0, "feed-forward size (0: from --size)")
+    block_size: int = opt(128, "tokens per pre-training block")
+    pretrain_batch_size: int = opt(32, "blocks per pre-training step")
+    pretrain_lr: float = opt(5e-4, "peak learning rate of pre-training")
+    max_flops: float = opt(2e13, "pre-training FLOPs of every variant (6N per token plus attention)")
+    eval_blocks: int = opt(256, "held-out blocks for the pre-training eval loss")
+    seeds: list[str] = opt(["0", "1"], "seeds: each variant is pre-trained and fine-tuned once per seed")
+    tasks: list[str] = opt([], "fine-tuning tasks (default: sst2 and mrpc when GLUE data is present, else tweets)")
+    task: str = opt("", "unused by pre-training studies: see --tasks")
+    model: str = opt("minilm", "unused by studies that pre-train from scratch")
+    max_train: int | None = opt(2000, "training examples of every fine-tuning")
+    max_eval: int | None = opt(872, "dev examples of every fine-tuning")
+    max_length: int = opt(64, "max tokens of every fine-tuning")
+    epochs: float = opt(2.0, "epochs of every fine-tuning (the same for every variant)")
+    lr: float = opt(1e-4, "learning rate of every fine-tuning")
+    precision: str = opt("fp32", "fp32, bf16, or auto, for pre-training and fine-tuning",
+                         choices=["auto", "fp32", "bf16"])
+
+    def validate(self) -> None:
+        super().validate()
+        check_seeds(self.seeds)
+        if not self.max_flops > 0:
+            raise PtmlabError(f"--max-flops must be positive, got {self.max_flops}")
+        if self.pretrain_batch_size < 1 or not self.pretrain_lr > 0:
+            raise PtmlabError("--pretrain-batch-size must be >= 1 and --pretrain-lr positive")
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+def numbers(values: list, name: str, kind=float) -> list:
+    """Comma-separated option values as numbers; PtmlabError naming the bad entry."""
+    out = []
+    for v in values:
+        try:
+            out.append(kind(v))
+        except (TypeError, ValueError):
+            raise PtmlabError(f"--{name} entry '{v}' is not a{'n integer' if kind is int else ' number'}") from None
+    return out
+
+
+def check_seeds(values: list) -> list[int]:
+    """--seeds as distinct integers, at least one."""
+    seeds = numbers(values, "seeds", int)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise PtmlabError(f"--seeds must be distinct and not empty, got {','.join(map(str, values))}")
+    return seeds
+
+
+def shared_dir() -> Path:
+    """../shared/data from the working directory, else next to the repository."""
+    here = Path.cwd().parent / "shared" / "data"
+    return here if here.is_dir() else Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def default_tasks() -> list[str]:
+    from ptmlab.data.loaders import default_glue_dir
+
+    return ["sst2", "mrpc"] if default_glue_dir() else ["tweets"]
+
+
+def study_tasks(a) -> list[str]:
+    """--tasks, else the defaults (only the first with --budget small)."""
+    return list(a.tasks) or default_tasks()[:1 if a.budget == "small" else None]
+
+
+def tweets_text_file(out: Path, limit: int | None = None) -> Path:
+    """The built-in tweets' training text (no labels), one document per tweet, written under ``out``."""
+    from ptmlab.core.io import atomic_write_text
+    from ptmlab.data.loaders import load_task
+
+    text = load_task("tweets").splits["train"].text[:limit]
+    path = out / "tweets-train.txt"
+    atomic_write_text(path, "\n\n".join(" ".join(t.split()) for t in text) + "\n")
+    return path
+
+
+def corpus_files(a, out: Path) -> list[str]:
+    """--files, else WikiText-2 from the shared data, else the tweets' training text."""
+    if a.files:
+        return list(a.files)
+    wiki = shared_dir() / "text" / "wikitext-2"
+    if wiki.is_dir():
+        return [str(wiki)]
+    return [str(tweets_text_file(out))]
+
+
+# ------------------------------------------------------------------------------------------------ runs
+def pretrain_config(a, out: Path, seed: int, **overrides):
+    """The ``PretrainConfig`` of one variant: the study's model, data and budget, then ``overrides``."""
+    from ptmlab.pretrain.config import PretrainConfig
+
+    values = dict(files=corpus_files(a, out.parent), tokenizer=a.tokenizer, size=a.size, layers=a.layers,
+                  hidden=a.hidden, heads=a.heads, ffn=a.ffn, block_size=a.block_size,
+                  batch_size=a.pretrain_batch_size, lr=a.pretrain_lr, max_flops=a.max_flops,
+                  eval_blocks=a.eval_blocks, seed=seed, precision=a.precision, output=str(out), overwrite=True,
+                  eval_steps=0, save_steps=200, logging_steps=10)
+    values.update(overrides)
+    return build_config(PretrainConfig, values, source="study")
+
+
+def pretrain_variant(cfg, overwrite: bool = False) -> dict:
+    """Run one pre-training; a finished run (summary.json) is reused, a killed one resumed from its checkpoint."""
+    from ptmlab.core.rundir import RunDir
+    from ptmlab.pretrain.run import run_pretrain
+
+    out = Path(cfg.output)
+    if not overwrite:
+        if (out / "summary.json").is_file():
+            return RunDir(out).summary()
+        if (out / "checkpoint").is_dir():
+            return run_pretrain(cfg, resume=True, command="study")
+    return run_pretrain(cfg, command="study")
+
+
+def finetune_all(a, model_dir: Path, tasks: list[str], seed: int) -> dict[str, float]:
+    """Fine-tune ``model_dir`` on every task (into ``model_dir/../ft-<task>``); the main dev metric per task."""
+    scores = {}
+    for task in tasks:
+        s = finetune_variant(a, model_dir.parent / f"{model_dir.name}-ft-{task}", model=str(model_dir), task=task,
+                             seed=seed, test=False)
+        scores[task] = float(s["metrics"][s["main_metric"]])
+    return scores
+
+
+# ------------------------------------------------------------------------------------------------ numbers
+def mean_spread(values: list[float]) -> tuple[float, float]:
+    """Mean and half the range: ``mean ± spread`` covers every value."""
+    if not values:
+        raise ValueError("no values")
+    return sum(values) / len(values), (max(values) - min(values)) / 2
+
+
+def fmt(values: list[float], digits: int = 4) -> str:
+    m, s = mean_spread(values)
+    return f"{m:.{digits}f} ± {s:.{digits}f}"
+
+
+def margin(a: list[float], b: list[float]) -> tuple[float, float]:
+    """(mean(a) - mean(b), the noise margin: the larger of the two spreads)."""
+    (ma, sa), (mb, sb) = mean_spread(a), mean_spread(b)
+    return ma - mb, max(sa, sb)
+
+
+def best_variant_verdict(scores: dict[str, list[float]], claimed: str) -> tuple[str, str]:
+    """The rule shared by the studies whose claim is "``claimed`` is best": supported when its mean beats every
+    other variant's by more than the larger of their spreads; not supported when some other variant's mean beats
+    it by that margin; else inconclusive (also with fewer than two seeds). Returns (outcome, the sentence)."""
+    if claimed not in scores or len(scores) < 2:
+        raise PtmlabError(f"the verdict needs '{claimed}' and at least one rival, got {sorted(scores)}")
+    if min(len(v) for v in scores.values()) < 2:
+        return INCONCLUSIVE, "fewer than two seeds: noise cannot be told from effect"
+    rivals = {k: margin(scores[claimed], v) for k, v in scores.items() if k != claimed}
+    beaten_by = {k: (d, m) for k, (d, m) in rivals.items() if -d > m}
+    if beaten_by:
+        k = max(beaten_by, key=lambda k: -beaten_by[k][0])
+        d, m = beaten_by[k]
+        return NOT_SUPPORTED, f"{k} beats {claimed} by {-d:.4f}, more than the noise margin {m:.4f}"
+    closest = min(rivals, key=lambda k: rivals[k][0] - rivals[k][1])
+    d, m = rivals[closest]
+    if all(d > m for d, m in rivals.values()):
+        return SUPPORTED, (f"{claimed} beats every other variant by more than noise (closest: {closest}, "
+                           f"{d:+.4f} against a margin of {m:.4f})")
+    return INCONCLUSIVE, (f"{claimed} and {closest} differ by {d:+.4f}, within the noise margin {m:.4f}")
+
+
+def flop_spread(flops: list[float]) -> float:
+    """(max - min) / max of the runs' training FLOPs: 0 is exactly equal compute."""
+    return (max(flops) - min(flops)) / max(flops) if flops and max(flops) > 0 else 0.0
+
+
+def summary_rows(per_seed: list[dict], key: str, tasks: list[str]) -> tuple[list[dict], dict[str, list[float]]]:
+    """One row per variant (``key``) with mean ± spread of each task and of their average; and the average
+    scores per variant, seed by seed (for the verdict)."""
+    order = list(dict.fromkeys(r[key] for r in per_seed))
+    rows, avg = [], {}
+    for v in order:
+        runs = [r for r in per_seed if r[key] == v]
+        avg[v] = [sum(r[t] for t in tasks) / len(tasks) for r in runs]
+        row = {key: v, "seeds": len(runs)}
+        for col in ("steps", "tokens", "flops"):
+            if col in runs[0]:
+                row[col] = runs[0][col]
+        if "eval_loss" in runs[0]:
+            row["pretrain_eval_loss"] = fmt([r["eval_loss"] for r in runs], 3)
+        for t in tasks:
+            row[t] = fmt([r[t] for r in runs])
+        if len(tasks) > 1:
+            row["average"] = fmt(avg[v])
+        rows.append(row)
+    return rows, avg
+
+
+def scores_figure(avg: dict[str, list[float]], ylabel: str, title: str):
+    """Mean ± spread per variant, with every seed's number as a dot."""
+    from ptmlab.report.html import new_figure
+
+    names = list(avg)
+    fig, ax = new_figure(max(4.0, 0.9 * len(names) + 2), 3.6)
+    for i, n in enumerate(names):
+        m, s = mean_spread(avg[n])
+        ax.errorbar([i], [m], yerr=[s], fmt="o", color="tab:blue", capsize=4)
+        ax.plot([i] * len(avg[n]), avg[n], ".", color="tab:gray")
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    return fig

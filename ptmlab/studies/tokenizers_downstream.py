@@ -1,0 +1,121 @@
+"""Study ``tokenizers-downstream`` (Q5; the ACL 2021 tokenizer question asked downstream): does the tokenizer
+a model is pre-trained with change how well it fine-tunes?
+
+Claim (Q5, from Bostrom & Durrett, "Byte Pair Encoding is Suboptimal for Language Model Pretraining", Findings of
+EMNLP 2020): Unigram LM tokenization yields subwords closer to morphology than BPE, and masked LMs pre-trained with
+it match or outperform identical models pre-trained with BPE on every downstream task they tried (English and
+Japanese); the gaps they report are small (around a point or less).
+
+Method: BPE, WordPiece and Unigram tokenizers trained on one corpus at one vocabulary size (``ptmlab tokenizer
+train``'s code: the same normaliser and special tokens; BPE and Unigram see the same SentencePiece-style words);
+one small BERT per tokenizer and seed, pre-trained from scratch with MLM on that same corpus for the same share
+of its TEXT: every model makes ``--pretrain-epochs`` passes over the corpus's documents, so each sees the same
+characters, while its token count (and so its steps and FLOPs) follows its tokenizer's fertility; the table
+reports tokens, steps and FLOPs next to the scores. Blocks and fine-tuning inputs are counted in tokens (the one
+place the tokenizers' lengths differ; a task's sentences fit ``--max-length`` under every tokenizer). Each model is
+fine-tuned identically on one task (SST-2; the built-in tweets without GLUE) and scored on dev.
+
+Verdict rule (written before the runs): per tokenizer, mean ± spread over seeds of the dev main metric (spread =
+half the range). Supported when Unigram's mean beats BPE's by more than the larger of the two spreads; not
+supported when BPE's mean beats Unigram's by that margin; inconclusive otherwise or with fewer than two seeds.
+WordPiece is reported beside them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ptmlab.core.config import opt
+from ptmlab.core.errors import PtmlabError
+from ptmlab.studies import STUDIES
+from ptmlab.studies.common import parse_study_args, write_study
+from ptmlab.studies.pretrain_common import (
+    SMALL_FINETUNE,
+    PretrainStudyArgs,
+    best_variant_verdict,
+    check_seeds,
+    corpus_files,
+    finetune_all,
+    pretrain_config,
+    pretrain_variant,
+    scores_figure,
+    study_tasks,
+    summary_rows,
+)
+
+CLAIMED, RIVAL = "unigram", "bpe"
+SMALL = dict(vocab_size=1000, size="tiny", layers=1, hidden=32, heads=2, ffn=64, block_size=32,
+             pretrain_batch_size=8, pretrain_lr=2e-3, pretrain_epochs=0.02, eval_blocks=16, **SMALL_FINETUNE)
+
+
+@dataclass(frozen=True)
+class TokenizersDownstreamArgs(PretrainStudyArgs):
+    types: list[str] = opt(["bpe", "wordpiece", "unigram"], "tokenizer types to train and compare")
+    vocab_size: int = opt(8000, "vocabulary size of every tokenizer")
+    pretrain_epochs: float = opt(2.0, "passes over the corpus's text for every model (equal text, not tokens)")
+    lowercase: bool = opt(False, "lowercase the text in every tokenizer")
+    output: str = opt("runs/study-tokenizers-downstream", "output directory")
+
+    def validate(self) -> None:
+        from ptmlab.tokenization.train import TYPES
+
+        super().validate()
+        for t in self.types:
+            TYPES.get(t)
+        if not {CLAIMED, RIVAL} <= set(self.types):
+            raise PtmlabError(f"--types must include {CLAIMED} and {RIVAL} (the claim compares them)")
+        if not self.pretrain_epochs > 0:
+            raise PtmlabError(f"--pretrain-epochs must be positive, got {self.pretrain_epochs}")
+
+
+def train_tokenizers(a: TokenizersDownstreamArgs, out: Path) -> dict[str, Path]:
+    """Every type trained on the corpus into OUTPUT/tokenizers/<type> (reused when there)."""
+    from ptmlab.pretrain.corpus import expand_paths
+    from ptmlab.tokenization.corpora import file_source
+    from ptmlab.tokenization.train import train_and_save
+
+    root = out / "tokenizers"
+    paths = {t: root / t for t in a.types}
+    missing = [t for t, p in paths.items() if a.overwrite or not (p / "tokenizer.json").is_file()]
+    if missing:
+        sources = [file_source(p) for p in expand_paths(corpus_files(a, out))]
+        train_and_save(missing, sources, a.vocab_size, root if len(missing) > 1 else paths[missing[0]],
+                       lowercase=a.lowercase)
+    return paths
+
+
+def verdict(scores: dict[str, list[float]]) -> tuple[str, str]:
+    """(outcome, sentence): Unigram against BPE by the rule in the module docstring."""
+    return best_variant_verdict({k: scores[k] for k in (CLAIMED, RIVAL)}, CLAIMED)
+
+
+@STUDIES.register("tokenizers-downstream", help="Q5: BPE vs WordPiece vs Unigram, each pre-trained on the same "
+                                                "text and fine-tuned; does Unigram beat BPE downstream?")
+def run(argv: list[str]) -> int:
+    a = parse_study_args("tokenizers-downstream", TokenizersDownstreamArgs, argv, __doc__, small=SMALL)
+    out = Path(a.output)
+    tasks = study_tasks(a)[:1]
+    tokenizers = train_tokenizers(a, out)
+    per_seed = []
+    for seed in check_seeds(a.seeds):
+        for t, tok in tokenizers.items():
+            run_dir = out / f"{t}-seed{seed}"
+            cfg = pretrain_config(a, run_dir, seed, objective="mlm", arch="bert", tokenizer=str(tok), max_flops=0.0,
+                                  epochs=a.pretrain_epochs)
+            s = pretrain_variant(cfg, a.overwrite)
+            m = s["metrics"]
+            per_seed.append({"tokenizer": t, "seed": seed, "steps": s["steps"], "tokens": m["tokens"],
+                             "flops": m["flops"], "eval_loss": m["eval_loss"],
+                             "train_corpus_tokens": s["corpus"]["train_tokens"],
+                             **finetune_all(a, run_dir, tasks, seed)})
+    rows, avg = summary_rows(per_seed, "tokenizer", tasks)
+    outcome, why = verdict(avg)
+    text = (f"{outcome}: {why}. Claim: Unigram LM tokenization matches or beats BPE downstream (Bostrom & Durrett "
+            f"2020). Here: vocabulary {a.vocab_size}, {a.pretrain_epochs:g} passes over the same text per model, "
+            f"{len(a.seeds)} seeds, score = dev {tasks[0]} main metric.")
+    fig = scores_figure(avg, f"dev {tasks[0]}", f"tokenizers at vocabulary {a.vocab_size}")
+    write_study(out, "Study: tokenizers downstream (BPE / WordPiece / Unigram)", rows, text,
+                [(fig, "tokenizers", "mean ± spread over seeds (dots: seeds)")],
+                extra={"outcome": outcome, "tasks": tasks, "per_seed": per_seed})
+    return 0

@@ -1,0 +1,160 @@
+"""Multilingual embedding distillation, retrieval and the sentence-transformers layout, on the tiny model."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import SHARED, assert_clean_error, run_cli
+
+EN = ["a dog runs in the park", "two men play football", "a woman reads a book", "the child eats an apple",
+      "a cat sleeps on the sofa", "people walk in the rain", "a man rides a bike", "girls sing a song",
+      "the bird flies high", "a boy swims in the lake", "an old man cooks soup", "the team wins the game"]
+DE = ["ein hund rennt im park", "zwei manner spielen fussball", "eine frau liest ein buch", "das kind isst einen apfel",
+      "eine katze schlaft auf dem sofa", "leute gehen im regen", "ein mann fahrt rad", "madchen singen ein lied",
+      "der vogel fliegt hoch", "ein junge schwimmt im see", "ein alter mann kocht suppe", "das team gewinnt das spiel"]
+
+
+@pytest.fixture()
+def pairs(tmp_path):
+    en, de = tmp_path / "train.en", tmp_path / "train.de.gz"
+    en.write_text("\n".join(EN * 3) + "\n")
+    with gzip.open(de, "wt", encoding="utf-8") as f:
+        f.write("\n".join(DE * 3) + "\n")
+    return en, de
+
+
+def test_retrieval_accuracy_counts_nearest_neighbours():
+    from ptmlab.distill.retrieval import retrieval_accuracy
+
+    src = np.eye(4, dtype=np.float32)
+    tgt = np.eye(4, dtype=np.float32)[[0, 1, 3, 2]]  # items 2 and 3 swapped on the target side
+    assert retrieval_accuracy(src, tgt) == (0.5, 0.5)
+    assert retrieval_accuracy(src, src) == (1.0, 1.0)
+
+
+def test_pooling_modes():
+    import torch
+
+    from ptmlab.distill.embeddings import pool
+
+    states = torch.tensor([[[1.0, 0.0], [3.0, 2.0], [100.0, 100.0]]])
+    mask = torch.tensor([[1, 1, 0]])
+    assert pool(states, mask, "mean").tolist() == [[2.0, 1.0]]
+    assert pool(states, mask, "cls").tolist() == [[1.0, 0.0]]
+    assert pool(states, mask, "max").tolist() == [[3.0, 2.0]]
+
+
+def test_minilm_pooling_read_from_its_sentence_transformers_config():
+    from pathlib import Path
+
+    from ptmlab.distill.embeddings import read_pooling
+    from ptmlab.models.zoo import resolve
+
+    assert read_pooling(Path(resolve("minilm")[0])) == ("mean", True, 256)
+
+
+def test_distill_embeddings_end_to_end(pairs, tmp_path):
+    en, de = pairs
+    out = tmp_path / "student"
+    p = run_cli("distill-embeddings", "--teacher", "tiny", "--pairs", str(en), str(de), "--output", str(out),
+                "--epochs", "3", "--batch-size", "8", "--lr", "1e-3", "--dev-pairs", "3")
+    assert p.returncode == 0, p.stderr[-2000:]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["train_examples"] == 33 and s["eval_examples"] == 3
+    losses = [r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+    assert losses[-1] < losses[0]  # the student moves towards the teacher's vectors
+    for f in ("modules.json", "1_Pooling/config.json", "sentence_bert_config.json", "model.safetensors",
+              "tokenizer.json", "report.html"):
+        assert (out / f).is_file(), f
+
+    # sentence-transformers itself loads the result and encodes exactly as ptmlab does
+    st = pytest.importorskip("sentence_transformers")
+    from ptmlab.distill.embeddings import encode_texts, load_sentence_model
+
+    ours, tok = load_sentence_model(str(out))
+    theirs = st.SentenceTransformer(str(out), device="cpu").encode(EN[:4])
+    np.testing.assert_allclose(theirs, encode_texts(ours, tok, EN[:4]), atol=1e-5)
+
+    # and ptmlab's retrieval command accepts it
+    r = run_cli("retrieval", str(out), "--pairs", str(en), str(de), "--max-pairs", "12", "--output",
+                str(tmp_path / "r.json"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads((tmp_path / "r.json").read_text())["results"][0]
+    assert res["pairs"] == 12 and 0 <= res["src_to_tgt"] <= 100
+
+
+def test_distillation_pulls_translations_together(pairs):
+    """After distillation the target sentence's vector is closer to the teacher's source vector than before."""
+    import tempfile
+
+    from ptmlab.core.config import build_config
+    from ptmlab.core.seed import set_seed
+    from ptmlab.distill.embeddings import encode_texts, load_sentence_model
+    from ptmlab.distill.multilingual import EmbedDistillConfig, run_embedding_distill
+
+    en, de = pairs
+    with tempfile.TemporaryDirectory() as d:
+        cfg = build_config(EmbedDistillConfig, dict(teacher="tiny", pairs=[str(en), str(de)], output=d, epochs=6,
+                                                    batch_size=8, lr=2e-3, dev_pairs=3, seed=1))
+        set_seed(1)
+        teacher, t_tok = load_sentence_model("tiny")  # the random teacher the run builds after seeding; the
+        t_src = encode_texts(teacher, t_tok, EN)  # student starts as its copy
+        before = float((encode_texts(teacher, t_tok, DE) * t_src).sum(1).mean())
+        run_embedding_distill(cfg)
+        student, tok = load_sentence_model(d)
+        after = float((encode_texts(student, tok, DE) * t_src).sum(1).mean())
+    assert after > before + 0.05, (before, after)
+
+
+@pytest.mark.parametrize("case", ["misaligned", "empty", "odd"])
+def test_bad_parallel_input_is_one_line_and_writes_nothing(tmp_path, case):
+    en, de = tmp_path / "a.en", tmp_path / "a.de"
+    en.write_text("one\ntwo\nthree\n")
+    de.write_text({"misaligned": "eins\nzwei\n", "empty": "", "odd": "eins\nzwei\ndrei\n"}[case])
+    out = tmp_path / "out"
+    args = ["--pairs", str(en), str(de)] if case != "odd" else ["--pairs", str(en), str(de), "--pairs", str(en)]
+    p = run_cli("distill-embeddings", "--teacher", "tiny", *args, "--output", str(out))
+    if case == "odd":  # argparse refuses a --pairs with one file
+        assert p.returncode == 2 and "Traceback" not in p.stderr
+    else:
+        assert_clean_error(p, str(de))
+        assert "misaligned" in p.stderr or "empty" in p.stderr
+    assert not out.exists()
+
+
+@pytest.mark.skipif(not (SHARED / "parallel" / "tatoeba").is_dir(), reason="shared parallel data is absent")
+def test_retrieval_on_tatoeba_runs_for_a_zoo_model(tmp_path):
+    t = SHARED / "parallel" / "tatoeba"
+    p = run_cli("retrieval", "tiny", "--pairs", str(t / "tatoeba.deu-eng.eng"), str(t / "tatoeba.deu-eng.deu"),
+                "--max-pairs", "50", "--output", str(tmp_path / "r.json"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads((tmp_path / "r.json").read_text())["results"][0]
+    assert r["pairs"] == 50 and set(r) >= {"src_to_tgt", "tgt_to_src"}
+
+
+@pytest.mark.skipif(not (SHARED / "parallel" / "multi30k").is_dir(), reason="shared parallel data is absent")
+def test_multilingual_study_small(tmp_path):
+    out = tmp_path / "study"
+    p = run_cli("study", "multilingual-distillation", "--budget", "small", "--output", str(out))
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads((out / "results.json").read_text())
+    models = [row["model"] for row in r["rows"]]
+    assert models.count("teacher") == 4 and models.count("copy") == 8  # 4 sets, 2 seeds
+    assert any(word in r["verdict"] for word in ("supported", "inconclusive"))
+
+
+def test_multilingual_verdict_rule():
+    from ptmlab.studies.multilingual import verdict
+
+    def rows(model, seed, acc, sts):
+        return [{"model": model, "seed": seed, "src_to_tgt": acc, "tgt_to_src": acc, "sts_spearman": None},
+                {"model": model, "seed": seed, "src_to_tgt": acc, "tgt_to_src": acc, "sts_spearman": sts}]
+
+    base = rows("teacher", "-", 10.0, 0.85)
+    assert "is supported" in verdict(base + rows("copy", 0, 25.0, 0.84) + rows("copy", 1, 24.0, 0.86))
+    assert "inconclusive" in verdict(base + rows("copy", 0, 25.0, 0.84) + rows("copy", 1, 15.0, 0.86))
+    assert "not supported" in verdict(base + rows("copy", 0, 9.0, 0.84) + rows("copy", 1, 8.0, 0.86))

@@ -1,0 +1,201 @@
+"""The pre-training studies: their verdict rules on synthetic numbers (every outcome), the shared pieces (mean ±
+spread, FLOP spread, reuse and resume of a variant), and each study end to end with ``--budget small``."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from ptmlab.core.errors import PtmlabError
+from ptmlab.studies.pretrain_common import (
+    INCONCLUSIVE,
+    NOT_SUPPORTED,
+    SUPPORTED,
+    best_variant_verdict,
+    check_seeds,
+    flop_spread,
+    mean_spread,
+    numbers,
+    summary_rows,
+)
+
+OUTCOMES = {SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE}
+
+
+# ------------------------------------------------------------------------------------------------ numbers
+def test_mean_spread_covers_every_seed_and_flop_spread_is_relative():
+    m, s = mean_spread([0.70, 0.80, 0.74])
+    assert m == pytest.approx(0.74) and s == pytest.approx(0.05)
+    assert all(m - s <= v <= m + s for v in (0.70, 0.80, 0.74))
+    assert flop_spread([100.0, 96.0, 99.0]) == pytest.approx(0.04)
+    assert flop_spread([5.0, 5.0]) == 0.0
+
+
+def test_option_lists_become_numbers_or_one_line_errors():
+    assert numbers(["0.15", "3"], "x") == [0.15, 3.0]
+    assert check_seeds(["0", "7"]) == [0, 7]
+    with pytest.raises(PtmlabError, match="--seeds entry 'a' is not an integer"):
+        check_seeds(["0", "a"])
+    with pytest.raises(PtmlabError, match="distinct"):
+        check_seeds(["1", "1"])
+
+
+def test_summary_rows_average_tasks_per_seed():
+    per_seed = [{"v": "a", "seed": 0, "t1": 0.6, "t2": 0.8}, {"v": "a", "seed": 1, "t1": 0.7, "t2": 0.7},
+                {"v": "b", "seed": 0, "t1": 0.5, "t2": 0.5}, {"v": "b", "seed": 1, "t1": 0.5, "t2": 0.6}]
+    rows, avg = summary_rows(per_seed, "v", ["t1", "t2"])
+    assert avg == {"a": pytest.approx([0.7, 0.7]), "b": pytest.approx([0.5, 0.55])}
+    assert [r["v"] for r in rows] == ["a", "b"]
+    assert rows[0]["t1"] == "0.6500 ± 0.0500" and rows[1]["average"] == "0.5250 ± 0.0250"
+
+
+# ------------------------------------------------------------------------------------------------ verdict rules
+@pytest.mark.parametrize("scores,outcome", [
+    ({"x": [0.80, 0.82], "y": [0.70, 0.72], "z": [0.60, 0.75]}, SUPPORTED),  # beats y by .10 > .01, z by .135 > .075
+    ({"x": [0.80, 0.82], "y": [0.78, 0.86], "z": [0.60, 0.62]}, INCONCLUSIVE),  # y: +.01 within spread .04
+    ({"x": [0.70, 0.72], "y": [0.80, 0.81], "z": [0.60, 0.62]}, NOT_SUPPORTED),  # y beats x by .095 > .01
+    ({"x": [0.90], "y": [0.10]}, INCONCLUSIVE),  # one seed
+])
+def test_best_variant_rule_gives_every_outcome(scores, outcome):
+    got, why = best_variant_verdict(scores, "x")
+    assert got == outcome, why
+
+
+def test_objectives_verdict_needs_equal_compute():
+    from ptmlab.studies.objectives import verdict
+
+    clear = {"electra": [0.80, 0.81], "mlm": [0.70, 0.71], "clm": [0.65, 0.66]}
+    assert verdict(clear, 0.01)[0] == SUPPORTED
+    assert verdict({**clear, "mlm": [0.90, 0.91]}, 0.01)[0] == NOT_SUPPORTED
+    assert verdict({**clear, "mlm": [0.79, 0.83]}, 0.01)[0] == INCONCLUSIVE
+    outcome, why = verdict(clear, 0.08)  # the same numbers at unequal FLOPs say nothing
+    assert outcome == INCONCLUSIVE and "8.0%" in why
+
+
+def test_span_corruption_verdict_every_outcome():
+    from ptmlab.studies.span_corruption import verdict
+
+    base = {"0.15/1": [0.70, 0.72], "0.5/3": [0.60, 0.61]}
+    assert verdict({**base, "0.15/3": [0.71, 0.72]})[0] == SUPPORTED  # beats 0.5/3, none beats it
+    assert verdict({**base, "0.15/3": [0.62, 0.63]})[0] == NOT_SUPPORTED  # 0.15/1 beats it
+    assert verdict({"0.15/1": [0.70, 0.74], "0.15/3": [0.71, 0.72]})[0] == INCONCLUSIVE  # all within noise
+    assert verdict(base)[0] == INCONCLUSIVE  # the claimed cell is not in the grid
+
+
+def test_tokenizers_downstream_verdict_compares_unigram_with_bpe_only():
+    from ptmlab.studies.tokenizers_downstream import verdict
+
+    wp = {"wordpiece": [0.99, 0.99]}  # reported, not part of the rule
+    assert verdict({"unigram": [0.80, 0.81], "bpe": [0.70, 0.72], **wp})[0] == SUPPORTED
+    assert verdict({"unigram": [0.70, 0.72], "bpe": [0.80, 0.81], **wp})[0] == NOT_SUPPORTED
+    assert verdict({"unigram": [0.75, 0.80], "bpe": [0.76, 0.78], **wp})[0] == INCONCLUSIVE
+
+
+# ------------------------------------------------------------------------------------------------ variants
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    words = "the cat dog sees likes a small river garden house bird friend follows calls".split()
+    docs = [" ".join(rng.choice(words) for _ in range(rng.randint(20, 60))) + "." for _ in range(150)]
+    (d / "text.txt").write_text("\n\n".join(docs) + "\n")
+    return d
+
+
+def test_a_variant_is_reused_when_finished_and_resumed_when_killed(corpus, tmp_path, monkeypatch):
+    from ptmlab.studies.common import parse_study_args
+    from ptmlab.studies.pretrain_common import PretrainStudyArgs, pretrain_config, pretrain_variant
+    from ptmlab.train.loop import Trainer
+
+    a = parse_study_args("t", PretrainStudyArgs, ["--files", str(corpus), "--size", "tiny", "--layers", "1",
+                                                  "--hidden", "32", "--heads", "2", "--ffn", "64", "--block-size",
+                                                  "32", "--pretrain-batch-size", "8", "--eval-blocks", "8"])
+    cfg = pretrain_config(a, tmp_path / "v", 0, objective="mlm", max_flops=0.0, max_steps=6, save_steps=2)
+    original = Trainer._train_step
+
+    def dies_at_step_4(self, batch, epoch=0):
+        if self.state.step == 4:
+            raise KeyboardInterrupt
+        return original(self, batch, epoch)
+
+    monkeypatch.setattr(Trainer, "_train_step", dies_at_step_4)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain_variant(cfg)
+    monkeypatch.setattr(Trainer, "_train_step", original)
+    assert (tmp_path / "v" / "checkpoint").is_dir() and not (tmp_path / "v" / "summary.json").exists()
+    s = pretrain_variant(cfg)  # resumed from step 4
+    assert s["steps"] == 6
+    resumed_rows = [json.loads(x) for x in (tmp_path / "v" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in resumed_rows if "loss" in r] == sorted({r["step"] for r in resumed_rows if "loss" in r})
+    stamp = (tmp_path / "v" / "summary.json").stat().st_mtime_ns
+    assert pretrain_variant(cfg) == s  # finished: reused, not rerun
+    assert (tmp_path / "v" / "summary.json").stat().st_mtime_ns == stamp
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+def _run_study(name: str, out: Path, *extra: str) -> dict:
+    from ptmlab.studies import load_all
+
+    rc = load_all().get(name)(["--budget", "small", "--output", str(out), *extra])
+    assert rc == 0
+    assert (out / "report.html").is_file()
+    return json.loads((out / "results.json").read_text())
+
+
+@pytest.mark.slow
+def test_objectives_small_has_five_objectives_equal_flops_two_seeds(tmp_path):
+    r = _run_study("objectives", tmp_path / "s")
+    rows = r["rows"]
+    assert len(rows) >= 5 and {"electra", "mlm", "clm"} <= {row["objective"] for row in rows}
+    assert all(row["seeds"] >= 2 for row in rows)
+    flops = [p["flops"] for p in r["per_seed"]]
+    assert max(flops) <= r["max_flops"] and r["flop_spread"] == pytest.approx(flop_spread(flops))
+    assert r["flop_spread"] <= 0.05
+    assert r["outcome"] in OUTCOMES and r["verdict"].startswith(r["outcome"])
+    electra = [p for p in r["per_seed"] if p["objective"] == "electra"]
+    mlm = [p for p in r["per_seed"] if p["objective"] == "mlm"]
+    assert electra[0]["steps"] < mlm[0]["steps"]  # the generator makes an ELECTRA step dearer
+
+
+@pytest.mark.slow
+def test_span_corruption_small_grid(tmp_path):
+    r = _run_study("span-corruption", tmp_path / "s")
+    cells = {row["cell"] for row in r["rows"]}
+    assert cells == {"0.15/1", "0.15/3", "0.5/1", "0.5/3"}
+    assert r["outcome"] in OUTCOMES
+    tokens = [p["tokens"] for p in r["per_seed"]]
+    assert max(tokens) / min(tokens) < 1.2  # equal FLOPs: equal text, whatever the corruption
+
+
+@pytest.mark.slow
+def test_domain_adaptation_small(tmp_path):
+    r = _run_study("domain-adaptation", tmp_path / "s")
+    assert r["outcome"] in OUTCOMES and len(r["per_seed"]) >= 2
+    for p in r["per_seed"]:
+        assert 0 <= p["base"] <= 1 and 0 <= p["adapted"] <= 1
+        assert p["mlm_tokens"] > 0
+
+
+@pytest.mark.slow
+def test_tokenizers_downstream_small_equal_text(tmp_path):
+    r = _run_study("tokenizers-downstream", tmp_path / "s")
+    assert {row["tokenizer"] for row in r["rows"]} == {"bpe", "wordpiece", "unigram"}
+    assert r["outcome"] in OUTCOMES
+    for p in r["per_seed"]:  # every model reads the same share of the text: tokens follow each tokenizer
+        assert p["tokens"] == pytest.approx(0.02 * p["train_corpus_tokens"], rel=0.25)
+    for t in ("bpe", "wordpiece", "unigram"):
+        info = json.loads((tmp_path / "s" / "tokenizers" / t / "train_info.json").read_text())
+        assert info["type"] == t and info["vocab_size"] <= 1000
+
+
+def test_bad_study_options_are_one_line_errors(tmp_path):
+    from tests.conftest import assert_clean_error, run_cli
+
+    assert_clean_error(run_cli("study", "objectives", "--objectives", "mlm,clm", "--output", str(tmp_path / "o")),
+                       "electra")
+    assert_clean_error(run_cli("study", "span-corruption", "--noise-densities", "0.15,1.5", "--output",
+                               str(tmp_path / "o")), "1.5")
+    assert not (tmp_path / "o").exists()
