@@ -17,12 +17,13 @@ class DemoConfig:
     output: str = opt("runs/demo", "run directory")
     model: str = opt("minilm", "model to fine-tune")
     max_train: int | None = opt(16000, "training examples (of the ~29,800 tweets in the train split)")
+    max_eval: int | None = opt(None, "dev examples (default: all)")
     epochs: float = opt(1.0, "epochs")
     max_length: int = opt(64, "max tokens (tweets are short)")
     lr: float = opt(5e-5, "learning rate")
     seed: int = opt(0, "seed")
     overwrite: bool = opt(False, "replace an earlier demo run")
-    quick: bool = opt(False, "a short tour (a few minutes): at most 1,000 training examples for every stage")
+    quick: bool = opt(False, "a short tour (a few minutes): at most 1,000 training and 500 dev examples per stage")
 
 
 def register(sub) -> None:
@@ -40,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
 
     d = resolve_config(DemoConfig, args, args.config)
     if d.quick:
-        d = dataclasses.replace(d, max_train=min(d.max_train or QUICK_EXAMPLES, QUICK_EXAMPLES))
+        d = dataclasses.replace(d, max_train=min(d.max_train or QUICK_EXAMPLES, QUICK_EXAMPLES),
+                                max_eval=min(d.max_eval or QUICK_EXAMPLES // 2, QUICK_EXAMPLES // 2))
     print(f"ptmlab demo: fine-tuning {d.model} on the built-in 'tweets' task "
           f"({d.max_train or 'all'} examples, {d.epochs:g} epoch(s)); this takes about 10 minutes on 2 cores")
     options = {k: v for k, v in dataclasses.asdict(d).items() if k != "quick"}

@@ -18,7 +18,8 @@ def distilled(ctx: DemoContext) -> list[dict]:
     out = ctx.run_dir / "distilled"
     cfg = build_config(DistillConfig, dict(
         teacher=str(ctx.run_dir), student="layers:2", losses=["soft_ce", "hidden_mse"], task="tweets",
-        max_train=d.max_train, epochs=max(1.0, d.epochs), lr=1e-4, max_length=d.max_length, seed=d.seed,
+        max_train=d.max_train, max_eval=getattr(d, "max_eval", None), epochs=max(1.0, d.epochs), lr=1e-4,
+        max_length=d.max_length, seed=d.seed,
         output=str(out), overwrite=True, test=True), source="demo")
     summary = run_distill(cfg, command="demo")
     texts = load_task("tweets").splits["test"].text[:64]
