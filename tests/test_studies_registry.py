@@ -3,6 +3,7 @@ the day it is registered) and writes results.json with its table and verdict, an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -33,13 +34,13 @@ def test_registered_study_runs_on_a_small_budget(name, tmp_path, capsys):
 
 
 def test_small_budget_preset_yields_to_explicit_flags(tmp_path):
-    from ptmlab.studies.common import parse_study_args
     from ptmlab.studies.common import SMALL_FINETUNE as SMALL
+    from ptmlab.studies.common import parse_study_args
     from ptmlab.studies.unfreezing import UnfreezingArgs
 
     a = parse_study_args("unfreezing", UnfreezingArgs, ["--budget", "small", "--max-train", "99"], small=SMALL)
     assert a.model == "tiny" and a.max_train == 99 and a.task
     b = parse_study_args("unfreezing", UnfreezingArgs, [], small=SMALL)
     assert b.model == "minilm" and b.max_train == 2000
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         b.model = "tiny"  # configs are frozen
