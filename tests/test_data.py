@@ -112,3 +112,19 @@ def test_encode_cache_and_collate():
     pair = Split(["first"], ["second part"], [1], [0])
     ep = encode_split(tok, pair, 16)
     assert ep.token_type_ids is not None and 1 in ep.token_type_ids[0]
+
+
+def test_a_task_from_a_dev_file_alone_evaluates(tmp_path):
+    """`ptmlab evaluate RUN --task X --dev-file F` needs no training file: labels come from the dev file."""
+    from ptmlab.core.config import build_config
+    from ptmlab.core.errors import PtmlabError
+    from ptmlab.data.taskdata import load_task_data
+    from ptmlab.train.args import FinetuneConfig
+
+    f = tmp_path / "dev.csv"
+    f.write_text("text,label\ngood film,1\nbad film,0\nfine,1\n")
+    cfg = build_config(FinetuneConfig, {"task": "reviews", "dev_file": str(f)})
+    data = load_task_data(cfg, need_train=False)
+    assert list(data.splits) == ["dev"] and data.spec.labels == ("0", "1") and len(data.splits["dev"]) == 3
+    with pytest.raises(PtmlabError, match="train-file"):
+        load_task_data(cfg)

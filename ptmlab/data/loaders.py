@@ -249,9 +249,10 @@ def load_longdocs(spec: TaskSpec) -> TaskData:
 # ------------------------------------------------------------------------------------------------ local files
 def load_files(name: str, files: dict[str, str | None], text_col: str, pair_col: str | None, label_col: str,
                label_kind: str = "classification") -> TaskData:
-    """A task from local files; label names come from the training file (sorted)."""
-    if not files.get("train"):
-        raise PtmlabError("a task from files needs --train-file (csv, tsv or jsonl)")
+    """A task from local files; label names come from the training file (sorted), or from the dev file when only
+    dev/test files are given (evaluation)."""
+    if not (files.get("train") or files.get("dev")):
+        raise PtmlabError("a task from files needs --train-file (or --dev-file to evaluate) (csv, tsv or jsonl)")
     loaded = {}
     for split, f in files.items():
         if f:
@@ -265,9 +266,10 @@ def load_files(name: str, files: dict[str, str | None], text_col: str, pair_col:
             loaded[split] = (path, rows, labelled)
     labels: tuple[str, ...] = ()
     if label_kind == "classification":
-        labels = tuple(sorted({str(r.get(label_col, "")).strip() for r in loaded["train"][1]}))
+        source = "train" if "train" in loaded else "dev"
+        labels = tuple(sorted({str(r.get(label_col, "")).strip() for r in loaded[source][1]}))
         if len(labels) < 2:
-            raise PtmlabError(f"the training file has {len(labels)} distinct label(s) in '{label_col}': "
+            raise PtmlabError(f"the {source} file has {len(labels)} distinct label(s) in '{label_col}': "
                               f"a classification task needs at least 2 (use --label-kind regression for scores)")
     spec = TaskSpec(name, label_kind, labels, ("accuracy", "macro_f1") if label_kind == "classification"
                     else ("pearson", "spearman"), text_col=text_col, pair_col=pair_col, label_col=label_col,
@@ -307,7 +309,7 @@ def load_task(task: str, glue_dir: str | None = None, train_file: str | None = N
               test_file: str | None = None, text_col: str = "text", text_pair_col: str | None = None,
               label_col: str = "label", label_kind: str = "classification") -> TaskData:
     """The one entry point: a registered task name, files, or ``hf:NAME[:CONFIG]``."""
-    if train_file:
+    if train_file or ((dev_file or test_file) and task not in TASKS):
         return load_files(task if task not in TASKS else "custom",
                           {"train": train_file, "dev": dev_file, "test": test_file},
                           text_col, text_pair_col, label_col, label_kind)

@@ -18,6 +18,8 @@ def load_task_data(cfg, *, need_train: bool = True) -> TaskData:
     data = load_task(cfg.task, cfg.glue_dir, cfg.train_file, cfg.dev_file, cfg.test_file, cfg.text_col,
                      cfg.text_pair_col, cfg.label_col, cfg.label_kind)
     seed = getattr(cfg, "seed", 42)
+    if need_train and "train" not in data.splits:
+        raise PtmlabError(f"task '{cfg.task}' has no training data here: pass --train-file")
     if "dev" not in data.splits:
         train = data.splits["train"]
         if len(train) < 10:
