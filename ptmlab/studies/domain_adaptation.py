@@ -13,10 +13,10 @@ unused (task-adaptive pre-training: no dev or test text is read). Both are fine-
 labelled training split, once per seed (continued pre-training is seeded too), the best epoch chosen on dev, and
 scored on the test split.
 
-Verdict rule (written before the runs): a run's score is test accuracy averaged over the domains; per variant,
-mean ± spread over seeds (spread = half the range). Supported when the adapted mean beats the unadapted mean by
-more than the larger of their spreads; not supported when the unadapted mean is higher by that margin;
-inconclusive otherwise, or with fewer than two seeds.
+Verdict rule (written before the runs): a run's score is test accuracy averaged over the domains; per variant, mean
+± spread over seeds (spread = the largest distance of a seed from the mean). Supported when the adapted mean beats
+the unadapted mean by more than the larger of their spreads; not supported when the unadapted mean is higher by that
+margin; inconclusive otherwise, or with fewer than two seeds.
 """
 
 from __future__ import annotations

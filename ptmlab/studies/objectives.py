@@ -14,11 +14,11 @@ encoder-decoders of the same layer count per stack; every kept model is fine-tun
 own sequence-classification heads: BERT/ELECTRA [CLS], GPT-2 last token, T5/BART decoder end) on SST-2 and MRPC
 (the built-in tweets without the GLUE data), once per seed, and scored on the dev split.
 
-Verdict rule (written before the runs): a run's score is the average over tasks of each task's main dev metric;
-per objective, mean ± spread over seeds (spread = half the range). Supported when ELECTRA's mean beats every
-other objective's by more than the larger of the two spreads; not supported when another objective's mean beats
-ELECTRA's by that margin; inconclusive otherwise, with fewer than two seeds, or when the runs' FLOPs differ by
-more than 5% (then the comparison is not at equal compute).
+Verdict rule (written before the runs): a run's score is the average over tasks of each task's main dev metric; per
+objective, mean ± spread over seeds (spread = the largest distance of a seed from the mean). Supported when
+ELECTRA's mean beats every other objective's by more than the larger of the two spreads; not supported when another
+objective's mean beats ELECTRA's by that margin; inconclusive otherwise, with fewer than two seeds, or when the
+runs' FLOPs differ by more than 5% (then the comparison is not at equal compute).
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 ``tokenizers-downstream``) share: their options, one pre-training per variant and seed (reused when finished,
 resumed when killed), fine-tuning it on every task, mean ± spread over seeds, and the noise-aware verdict rule.
 
-Spread is half the range over seeds (max - min) / 2, so ``mean ± spread`` covers every seed's number. Two
-variants differ "by more than noise" when their means differ by more than the larger of their two spreads; a
-study with fewer than two seeds cannot tell noise from effect and says inconclusive.
+Spread is the largest distance of a seed's number from the mean (half the range with two seeds), so ``mean ±
+spread`` covers every seed's number. Two variants differ "by more than noise" when their means differ by more than
+the larger of their two spreads; a study with fewer than two seeds cannot tell noise from effect and says
+inconclusive.
 """
 
 from __future__ import annotations
@@ -157,10 +158,11 @@ def finetune_all(a, model_dir: Path, tasks: list[str], seed: int) -> dict[str, f
 
 # ------------------------------------------------------------------------------------------------ numbers
 def mean_spread(values: list[float]) -> tuple[float, float]:
-    """Mean and half the range: ``mean ± spread`` covers every value."""
+    """Mean and the largest distance from it: ``mean ± spread`` covers every value."""
     if not values:
         raise ValueError("no values")
-    return sum(values) / len(values), (max(values) - min(values)) / 2
+    mean = sum(values) / len(values)
+    return mean, max(abs(v - mean) for v in values)
 
 
 def fmt(values: list[float], digits: int = 4) -> str:

@@ -13,11 +13,11 @@ fewer steps, where the paper trained every variant for the same steps; every kep
 (T5ForSequenceClassification) on SST-2 and MRPC (the built-in tweets without the GLUE data), scored on dev.
 
 Verdict rule (written before the runs): a run's score is the average over tasks of the main dev metric; per cell,
-mean ± spread over seeds (spread = half the range); two cells differ when their means differ by more than the
-larger of their spreads. Supported when no cell beats the 15%/3 cell and the 15%/3 cell beats at least one cell
-(the setting matters and the default is among the best); not supported when some cell beats it; inconclusive
-when it neither beats nor is beaten by any cell, or with fewer than two seeds. A grid without the 15%/3 cell says
-inconclusive.
+mean ± spread over seeds (spread = the largest distance of a seed from the mean); two cells differ when their means
+differ by more than the larger of their spreads. Supported when no cell beats the 15%/3 cell and the 15%/3 cell
+beats at least one cell (the setting matters and the default is among the best); not supported when some cell beats
+it; inconclusive when it neither beats nor is beaten by any cell, or with fewer than two seeds. A grid without the
+15%/3 cell says inconclusive.
 """
 
 from __future__ import annotations

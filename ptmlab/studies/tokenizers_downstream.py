@@ -15,10 +15,10 @@ reports tokens, steps and FLOPs next to the scores. Blocks and fine-tuning input
 place the tokenizers' lengths differ; a task's sentences fit ``--max-length`` under every tokenizer). Each model is
 fine-tuned identically on one task (SST-2; the built-in tweets without GLUE) and scored on dev.
 
-Verdict rule (written before the runs): per tokenizer, mean ± spread over seeds of the dev main metric (spread =
-half the range). Supported when Unigram's mean beats BPE's by more than the larger of the two spreads; not
-supported when BPE's mean beats Unigram's by that margin; inconclusive otherwise or with fewer than two seeds.
-WordPiece is reported beside them.
+Verdict rule (written before the runs): per tokenizer, mean ± spread over seeds of the dev main metric (spread = the
+largest distance of a seed from the mean). Supported when Unigram's mean beats BPE's by more than the larger of the
+two spreads; not supported when BPE's mean beats Unigram's by that margin; inconclusive otherwise or with fewer than
+two seeds. WordPiece is reported beside them.
 """
 
 from __future__ import annotations
@@ -70,16 +70,17 @@ class TokenizersDownstreamArgs(PretrainStudyArgs):
 
 
 def train_tokenizers(a: TokenizersDownstreamArgs, out: Path) -> dict[str, Path]:
-    """Every type trained on the corpus into OUTPUT/tokenizers/<type> (reused when there)."""
-    from ptmlab.pretrain.corpus import expand_paths
-    from ptmlab.tokenization.corpora import file_source
+    """Every type trained on the pre-training corpus into OUTPUT/tokenizers/<type> (reused when there)."""
+    from ptmlab.pretrain.corpus import iter_documents
+    from ptmlab.tokenization.corpora import TextSource
     from ptmlab.tokenization.train import train_and_save
 
     root = out / "tokenizers"
     paths = {t: root / t for t in a.types}
     missing = [t for t, p in paths.items() if a.overwrite or not (p / "tokenizer.json").is_file()]
     if missing:
-        sources = [file_source(p) for p in expand_paths(corpus_files(a, out))]
+        files = corpus_files(a, out)  # read as pre-training reads it (.gz, .jsonl text fields, documents)
+        sources = [TextSource("corpus", None, ",".join(files), lambda: iter_documents(files))]
         train_and_save(missing, sources, a.vocab_size, root if len(missing) > 1 else paths[missing[0]],
                        lowercase=a.lowercase)
     return paths
