@@ -11,11 +11,20 @@ from typing import Any
 import yaml
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, mode: int | None = None) -> None:
+    """Write ``data`` to ``path`` atomically; the file gets ``mode`` (default: what the umask gives a new file, as
+    ``open`` would, not the 0600 of a temporary file)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
