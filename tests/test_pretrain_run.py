@@ -91,7 +91,7 @@ def test_equal_flop_budgets_give_equal_compute(corpus, tmp_path):
     b = run_pretrain(_cfg(corpus, tmp_path / "b", objective="electra", max_steps=0, max_flops=budget))
     for s in (a, b):
         assert s["metrics"]["flops"] <= budget
-        assert s["metrics"]["flops"] > budget - s["flops_per_token"] * 8 * s["corpus"]["tokens_per_block"]
+        assert s["metrics"]["flops"] >= 0.95 * budget  # within 5%: a partial step and epoch-end batches short
     assert b["steps"] < a["steps"]  # ELECTRA's generator makes each step dearer
 
 

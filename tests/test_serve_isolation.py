@@ -236,7 +236,7 @@ def test_state_files_are_private_and_point6_inputs_fail_cleanly(victim, tmp_path
     listed = tmp_path / "listed"
     shutil.copytree(victim, listed)
     (listed / "config.yaml").write_text("- a\n- list\n")
-    with pytest.raises(PtmlabError, match="YAML list"):
+    with pytest.raises(PtmlabError, match="mapping of option: value, not a list"):
         create_app(str(listed), ServeConfig(detector=False), open_store(str(home)))
     (tmp_path / "file.txt").write_text("not a directory")
     with pytest.raises(PtmlabError, match="state"):

@@ -23,8 +23,11 @@ def load_teacher(name: str, spec: TaskSpec, labels: list[str] | None) -> nn.Modu
         if not run.has_model():
             raise PtmlabError(f"teacher run directory '{name}' has no model weights (config.json + "
                               f"model.safetensors): pass a finished run")
-        trained_on = run.summary().get("task") if run.file("summary.json").is_file() else None
-        if trained_on and trained_on != spec.name:
+        summary = run.summary() if run.file("summary.json").is_file() else {}
+        trained_on, its_labels = summary.get("task"), summary.get("labels")
+        # another task with the same labels is fine (a teacher of pooled domains distilled on one domain)
+        if trained_on and trained_on != spec.name and (its_labels is None or labels is None
+                                                       or list(its_labels) != list(labels)):
             raise PtmlabError(f"teacher '{name}' was trained on task '{trained_on}', not '{spec.name}': use a "
                               f"teacher fine-tuned on {spec.name} or pass --task {trained_on}")
     if name in ZOO:  # an untrained head: usable for general distillation and tests, flagged in the summary
