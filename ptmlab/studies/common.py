@@ -93,18 +93,35 @@ def finetune_variant(base, out_dir: Path, **overrides) -> dict:
     return run_finetune(cfg, command="study")
 
 
-def write_study(out: Path, title: str, rows: list[dict], verdict: str, figures=(), extra: dict | None = None,
-                columns: list[str] | None = None) -> None:
-    """results.json + report.html (table, plots, verdict), and the table and verdict on stdout."""
+def write_study(out: Path, title: str, rows: list[dict], verdict, figures=(), extra: dict | None = None,
+                columns: list[str] | None = None, *, claim=None, budget: str | None = None,
+                seeds=None) -> None:
+    """results.json + report.html (claim, verdict, table, plots), and the table and verdict on stdout.
+
+    ``verdict`` is a ``studies.verdict.Verdict`` (outcome, reason, estimate) or, for studies not yet converted, a
+    string; ``claim`` the study's ``Claim``. results.json carries them with the run's metadata (command, versions,
+    machine, budget, seeds): the schema the dashboard reads."""
+    from ptmlab.studies.verdict import Verdict, run_metadata
+
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "results.json", {"title": title, "rows": rows, "verdict": verdict, **(extra or {})})
+    text = verdict.text() if isinstance(verdict, Verdict) else str(verdict)
+    record = {"title": title, "rows": rows, "verdict": text}
+    if isinstance(verdict, Verdict):
+        record.update(verdict.to_dict())
+    if claim is not None:
+        record["claim"] = claim.to_dict()
+    record["run"] = run_metadata(budget, seeds)
+    atomic_write_json(out / "results.json", {**record, **(extra or {})})
     rep = Report(title)
-    rep.heading("Verdict").text(verdict).heading("Results").table(rows, columns)
+    if claim is not None:
+        rep.heading("Claim").text(f"{claim.claim} ({claim.source}; paper: {claim.paper or 'no number'})")
+        rep.text(f"Rule: {claim.rule}")
+    rep.heading("Verdict").text(text).heading("Results").table(rows, columns)
     for fig, name, caption in figures:
         rep.figure(fig, name, caption)
     rep.write(out / "report.html")
     print_table(rows, columns)
-    print(f"\nverdict: {verdict}")
+    print(f"\nverdict: {text}")
     print(f"report: {out / 'report.html'}")
 
 
