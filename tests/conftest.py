@@ -27,7 +27,11 @@ def _private_cache(tmp_path_factory):
     os.environ["PTMLAB_CACHE"] = str(tmp_path_factory.mktemp("ptmlab-cache"))
     import torch
 
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
+    # under pytest-xdist the cores are shared by the workers (and by the CLI subprocesses they start)
+    threads = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    torch.set_num_threads(threads)
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
     yield
 
 

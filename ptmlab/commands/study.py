@@ -1,25 +1,96 @@
-"""``ptmlab study NAME [options]``: run one of the source articles' claims as an experiment."""
+"""``ptmlab study NAME [options]``: run one of the source articles' claims as an experiment.
+
+Three names are not studies: ``ptmlab study all`` runs every registered study (resuming finished ones),
+``ptmlab study dashboard`` writes one HTML page with every claim and verdict, and ``ptmlab study collect`` copies
+the results worth committing into ``studies/results/``.
+"""
 
 from __future__ import annotations
 
 import argparse
 
+from ptmlab.core.cli_parser import ArgParser
+
 
 def register(sub) -> None:
-    p = sub.add_parser("study", help="run a study (a source claim as an experiment with a verdict)",
-                       add_help=False)
+    p = sub.add_parser("study", help="run a study (a source claim as an experiment with a verdict); "
+                                     "`study all`, `study dashboard`, `study collect`", add_help=False)
     p.add_argument("name", nargs="?", help="study name; `ptmlab study` lists them")
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=run)
 
 
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def run_all(argv: list[str]) -> int:
+    from ptmlab.report.table import print_table
+    from ptmlab.studies.common import BUDGETS
+    from ptmlab.studies.suite import FAILED, run_all, summary_rows
+
+    p = ArgParser(prog="ptmlab study all", description="Run every registered study into OUTPUT/<study>/; "
+                  "studies whose results.json exists are skipped (resumed) unless --overwrite.")
+    p.add_argument("--budget", default="default", choices=BUDGETS,
+                   help="small: minutes per study on the tiny model (tests, CI); default: each study's own sizes; "
+                        "full: the real experiment (several seeds, full dev sets)")
+    p.add_argument("--output", default="runs/studies", help="directory for the studies' results")
+    p.add_argument("--only", type=_names, default=None, help="comma-separated studies to run (default: all)")
+    p.add_argument("--overwrite", action="store_true", help="rerun studies that already finished")
+    a = p.parse_args(argv)
+    runs = run_all(a.output, a.budget, a.only, a.overwrite)
+    print(f"\nstudies in {a.output} (budget {a.budget}):")
+    print_table(summary_rows(runs))
+    failed = [r.name for r in runs if r.status == FAILED]
+    if failed:
+        print(f"{len(failed)} of {len(runs)} studies failed: {', '.join(failed)}")
+    print(f"dashboard: ptmlab study dashboard --output {a.output}")
+    return 1 if failed else 0
+
+
+def run_dashboard(argv: list[str]) -> int:
+    from ptmlab.studies.dashboard import write_dashboard
+
+    p = ArgParser(prog="ptmlab study dashboard", description="One HTML page with every registered study: claim, "
+                  "source, the paper's number, ours with its interval, the verdict, plots and reports.")
+    p.add_argument("--output", default="runs/studies", help="directory for index.html (and copies of the plots)")
+    p.add_argument("--results", default=None, help="results directory: the --output of `ptmlab study all` or "
+                                                    "studies/results (default: --output itself)")
+    a = p.parse_args(argv)
+    page = write_dashboard(a.output, a.results)
+    print(f"dashboard: {page}")
+    return 0
+
+
+def run_collect(argv: list[str]) -> int:
+    from ptmlab.studies.suite import collect
+
+    p = ArgParser(prog="ptmlab study collect", description="Copy each study's results.json and plots/*.png "
+                  "(not report.html) from a `ptmlab study all` directory into the committed results.")
+    p.add_argument("--from", dest="src", required=True, help="the --output of `ptmlab study all`")
+    p.add_argument("--to", dest="dst", default="studies/results", help="destination (default: studies/results)")
+    p.add_argument("--only", type=_names, default=None, help="comma-separated studies to copy (default: all found)")
+    a = p.parse_args(argv)
+    names = collect(a.src, a.dst, a.only)
+    print(f"copied {len(names)} studies into {a.dst}: {', '.join(names)}")
+    return 0
+
+
+SUITE_COMMANDS = {"all": run_all, "dashboard": run_dashboard, "collect": run_collect}
+
+
 def run(args: argparse.Namespace) -> int:
     from ptmlab.studies import load_all
 
+    if args.name in SUITE_COMMANDS:
+        return SUITE_COMMANDS[args.name](args.rest)
     studies = load_all()
     if not args.name or args.name in ("-h", "--help"):
         print("studies:")
         for name in studies:
             print(f"  {name:24} {studies.help(name)}")
+        print("\n  all                      run every study: ptmlab study all --budget small|default|full --output D"
+              "\n  dashboard                one page of every claim and verdict: ptmlab study dashboard --output D"
+              "\n  collect                  copy results to commit: ptmlab study collect --from D --to studies/results")
         return 0
     return int(studies.get(args.name)(args.rest) or 0)

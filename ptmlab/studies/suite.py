@@ -1,0 +1,188 @@
+"""Every registered study in one go (``ptmlab study all``), and the copy of their results that is committed.
+
+A suite directory holds one sub-directory per study (``D/<study>/results.json``, ``report.html``, ``plots/``) and
+``D/suite.json`` (the budget asked for and, per study, whether it finished, was resumed or failed, with its
+seconds). A study whose results.json exists is finished: it is skipped unless ``overwrite``, so a suite that was
+stopped resumes where it was. A study that fails is recorded and the others still run: one broken study must not
+cost a night's results.
+
+``collect`` copies what is worth committing (results.json and the PNGs under plots/, not the report.html with its
+inlined images) from a suite directory into ``studies/results/<study>/``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import shutil
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ptmlab.core.errors import PtmlabError, did_you_mean
+from ptmlab.core.io import atomic_write_bytes, atomic_write_json
+from ptmlab.core.registry import Registry
+from ptmlab.studies.common import BUDGETS
+
+DONE, RESUMED, FAILED = "done", "resumed", "failed"
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """What happened to one study in a suite run."""
+
+    name: str
+    status: str                 # done | resumed (results.json was already there) | failed
+    seconds: float
+    outcome: str = ""           # the verdict's outcome when the study wrote one ("unrated" for a string verdict)
+    error: str = ""             # one line, for a failed study
+
+
+def select(studies: Registry, only: list[str] | None) -> list[str]:
+    """The studies to run, in registry order; ``only`` names a subset (each must be registered)."""
+    names = studies.names()
+    if not only:
+        return names
+    for n in only:
+        if n not in studies:
+            raise PtmlabError(f"unknown study '{n}' in --only: {did_you_mean(n, names)}")
+    return [n for n in names if n in set(only)]
+
+
+def read_results(path: Path) -> dict | None:
+    """A study's results.json, or None when it is absent or unreadable (an unreadable one is not finished)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def budget_of(results: dict) -> str | None:
+    """The budget a results.json records (None when its study did not record one)."""
+    run = results.get("run")
+    return run.get("budget") if isinstance(run, dict) else None
+
+
+def outcome_of(results: dict | None) -> str:
+    """The three-way outcome of a results.json; "unrated" for a study that wrote only a verdict sentence."""
+    if results is None:
+        return ""
+    return str(results.get("outcome") or "unrated")
+
+
+def run_all(out: Path, budget: str = "default", only: list[str] | None = None, overwrite: bool = False,
+            studies: Registry | None = None) -> list[StudyRun]:
+    """Run every selected study into ``out/<study>/`` with ``--budget``; returns one ``StudyRun`` per study and
+    writes ``out/suite.json`` after each (so an interrupted suite still says what it did)."""
+    if budget not in BUDGETS:
+        raise PtmlabError(f"--budget '{budget}' is not a budget: choose from {', '.join(BUDGETS)}")
+    if studies is None:
+        from ptmlab.studies import load_all
+
+        studies = load_all()
+    names = select(studies, only)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise PtmlabError(f"--output '{out}' is a file: give a directory for the studies' results")
+    out.mkdir(parents=True, exist_ok=True)
+    runs: list[StudyRun] = []
+    for i, name in enumerate(names, 1):
+        print(f"\n=== study {i}/{len(names)}: {name} (budget {budget}) ===", flush=True)
+        runs.append(_run_one(studies, name, out / name, budget, overwrite))
+        if runs[-1].status == FAILED:
+            print(f"study {name} failed: {runs[-1].error}", flush=True)
+        _write_suite(out, budget, runs)
+    return runs
+
+
+def _run_one(studies: Registry, name: str, study_dir: Path, budget: str, overwrite: bool) -> StudyRun:
+    results_file = study_dir / "results.json"
+    prior = None if overwrite else read_results(results_file)
+    prior_budget = budget_of(prior) if prior is not None else None
+    if prior is not None and prior_budget in (None, budget):
+        print(f"finished earlier: {results_file} (--overwrite reruns it)")
+        return StudyRun(name, RESUMED, 0.0, outcome_of(prior))
+    if prior is not None:
+        print(f"{results_file} was written with budget {prior_budget}: rerunning with budget {budget}")
+    argv = ["--budget", budget, "--output", str(study_dir)]
+    if overwrite or prior is not None:
+        argv.append("--overwrite")  # finished variants of another budget must not be reused
+    start = time.perf_counter()
+    error = ""
+    try:
+        rc = studies.get(name)(argv)
+        if rc:
+            error = f"exit code {rc}"
+    except PtmlabError as e:
+        error = str(e)
+    except SystemExit as e:  # a study's own usage error
+        error = f"exit code {e.code}" if e.code else ""
+    except Exception as e:  # noqa: BLE001 -- one broken study is reported, the others still run
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        error = f"{type(e).__name__}: {e} ({Path(where.filename).name}:{where.lineno})"
+    seconds = time.perf_counter() - start
+    gc.collect()  # the next study should not share memory with this one's models
+    results = read_results(results_file)
+    if not error and results is None:
+        error = f"finished without writing {results_file}"
+    if error:
+        return StudyRun(name, FAILED, seconds, error=" ".join(error.split())[:500])
+    _note_budget(results_file, results, budget)
+    return StudyRun(name, DONE, seconds, outcome_of(results))
+
+
+def _note_budget(path: Path, results: dict, budget: str) -> None:
+    """Record the budget in a results.json whose study did not (a study not yet on the verdict contract)."""
+    run = results.get("run")
+    if isinstance(run, dict) and run.get("budget"):
+        return
+    results["run"] = {**(run if isinstance(run, dict) else {}), "budget": budget}
+    atomic_write_json(path, results)
+
+
+def _write_suite(out: Path, budget: str, runs: list[StudyRun]) -> None:
+    prior = read_results(out / "suite.json") or {}
+    studies = dict(prior.get("studies") or {})
+    studies.update({r.name: {k: v for k, v in asdict(r).items() if k != "name"} for r in runs})
+    atomic_write_json(out / "suite.json", {"budget": budget, "studies": studies,
+                                           "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+
+
+def summary_rows(runs: list[StudyRun]) -> list[dict]:
+    """The table ``ptmlab study all`` prints at the end."""
+    return [{"study": r.name, "status": r.status, "outcome": r.outcome or "-", "seconds": f"{r.seconds:.1f}",
+             "error": r.error[:80]} for r in runs]
+
+
+MAX_COMMITTED_BYTES = 1_000_000  # per file: committed results stay small (a PNG of a plot is ~50 kB)
+
+
+def collect(src: Path, dst: Path, only: list[str] | None = None) -> list[str]:
+    """Copy each study's results.json and plots/*.png from a suite directory ``src`` into ``dst/<study>/``
+    (replacing what was there for that study); returns the studies copied. Nothing else is copied."""
+    src, dst = Path(src), Path(dst)
+    if not src.is_dir():
+        raise PtmlabError(f"--from '{src}' is not a directory: give the --output of `ptmlab study all`")
+    if src.resolve() == dst.resolve():
+        raise PtmlabError(f"--from and --to are both '{src}': collect copies results into another directory")
+    found = sorted(p.parent.name for p in src.glob("*/results.json"))
+    wanted = found if not only else [n for n in only if n in found]
+    if only and (missing := sorted(set(only) - set(found))):
+        raise PtmlabError(f"no results.json under '{src}' for {', '.join(missing)}: run them first "
+                          f"(ptmlab study all --only {','.join(missing)} --output {src})")
+    if not wanted:
+        raise PtmlabError(f"no study results under '{src}' (expected {src}/<study>/results.json)")
+    for name in wanted:
+        files = [src / name / "results.json"] + sorted((src / name / "plots").glob("*.png"))
+        big = [f for f in files if f.stat().st_size > MAX_COMMITTED_BYTES]
+        if big:
+            raise PtmlabError(f"'{big[0]}' is {big[0].stat().st_size:,} bytes, over the {MAX_COMMITTED_BYTES:,} "
+                              "bytes a committed result may take: make the plot smaller")
+        target = dst / name
+        if target.exists():
+            shutil.rmtree(target)
+        for f in files:
+            atomic_write_bytes(target / f.relative_to(src / name), f.read_bytes())
+    return wanted

@@ -1,0 +1,177 @@
+"""``ptmlab study all`` (every study, resuming finished ones, a failing study reported while the others run) and
+``ptmlab study collect`` (what is committed), on a registry of small stand-in studies that write their results
+with the real ``write_study``, plus one real study end to end through the CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ptmlab.commands.study import SUITE_COMMANDS
+from ptmlab.core.errors import PtmlabError
+from ptmlab.core.registry import Registry
+from ptmlab.studies import load_all
+from ptmlab.studies.common import write_study
+from ptmlab.studies.suite import collect, run_all, summary_rows
+from ptmlab.studies.verdict import Claim, decide_above, paired_seeds
+from tests.conftest import assert_clean_error, run_cli
+
+
+def _registry(calls: list[str]) -> Registry:
+    """Five stand-in studies: two that finish (one on the verdict contract, one with a sentence), one that raises,
+    one that rejects its input, one that returns 0 without writing results."""
+    reg: Registry = Registry("study")
+
+    def args(argv):
+        return dict(zip(argv[::2], argv[1::2], strict=False)), "--overwrite" in argv
+
+    @reg.register("good")
+    def good(argv):
+        a, _ = args(argv)
+        calls.append(f"good:{a['--budget']}")
+        est = paired_seeds([0.9, 0.8, 0.85], [0.7, 0.7, 0.72], "gain")
+        from ptmlab.report.html import new_figure
+
+        fig, ax = new_figure(2, 2)
+        ax.plot([0, 1], [0.7, 0.9])
+        write_study(Path(a["--output"]), "good", [{"gain": est.value}], decide_above(est), [(fig, "gain", "gain")],
+                    claim=Claim("good", "c", "Q1", "", "r"), budget=a["--budget"], seeds=[0, 1, 2])
+        return 0
+
+    @reg.register("old-style")
+    def old_style(argv):
+        a, _ = args(argv)
+        calls.append("old-style")
+        write_study(Path(a["--output"]), "old", [{"x": 1}], "a sentence verdict")
+        return 0
+
+    @reg.register("broken")
+    def broken(argv):
+        calls.append("broken")
+        raise RuntimeError("boom\nsecond line")
+
+    @reg.register("bad-input")
+    def bad_input(argv):
+        calls.append("bad-input")
+        raise PtmlabError("--task 'x' is not a task")
+
+    @reg.register("silent")
+    def silent(argv):
+        calls.append("silent")
+        return 0
+
+    return reg
+
+
+def test_suite_runs_every_study_and_reports_failures(tmp_path, capsys):
+    calls: list[str] = []
+    reg = _registry(calls)
+    runs = run_all(tmp_path, "small", studies=reg)
+    status = {r.name: (r.status, r.outcome) for r in runs}
+    assert status == {"good": ("done", "supported"), "old-style": ("done", "unrated"), "broken": ("failed", ""),
+                      "bad-input": ("failed", ""), "silent": ("failed", "")}
+    err = {r.name: r.error for r in runs}
+    assert err["broken"].startswith("RuntimeError: boom second line (test_study_suite.py:")
+    assert err["bad-input"] == "--task 'x' is not a task" and "without writing" in err["silent"]
+    assert calls == ["good:small", "old-style", "broken", "bad-input", "silent"]
+    suite = json.loads((tmp_path / "suite.json").read_text())
+    assert suite["budget"] == "small" and suite["studies"]["broken"]["status"] == "failed"
+    # a study that recorded no budget gets the suite's
+    assert json.loads((tmp_path / "old-style" / "results.json").read_text())["run"]["budget"] == "small"
+    assert [r["status"] for r in summary_rows(runs)] == ["done", "done", "failed", "failed", "failed"]
+    assert "study broken failed: RuntimeError: boom" in capsys.readouterr().out
+
+    calls.clear()  # resumed: finished studies are skipped, failed ones run again
+    again = {r.name: r.status for r in run_all(tmp_path, "small", studies=reg)}
+    assert again["good"] == again["old-style"] == "resumed"
+    assert calls == ["broken", "bad-input", "silent"]
+
+    calls.clear()  # another budget reruns a finished study; --only picks studies in registry order
+    runs = run_all(tmp_path, "default", only=["old-style", "good"], studies=reg)
+    assert [r.name for r in runs] == ["good", "old-style"] and calls == ["good:default", "old-style"]
+    assert json.loads((tmp_path / "good" / "results.json").read_text())["run"]["budget"] == "default"
+
+    calls.clear()
+    run_all(tmp_path, "default", only=["good"], overwrite=True, studies=reg)
+    assert calls == ["good:default"]
+
+
+def test_suite_rejects_bad_input(tmp_path):
+    reg = _registry([])
+    with pytest.raises(PtmlabError, match="unknown study 'godo'.*did you mean 'good'"):
+        run_all(tmp_path, "small", only=["godo"], studies=reg)
+    with pytest.raises(PtmlabError, match="--budget 'huge'"):
+        run_all(tmp_path, "huge", studies=reg)
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(PtmlabError, match="is a file"):
+        run_all(tmp_path / "f", "small", studies=reg)
+
+
+def test_collect_copies_results_and_plots_only(tmp_path):
+    reg = _registry([])
+    src, dst = tmp_path / "suite", tmp_path / "committed"
+    run_all(src, "small", only=["good", "old-style"], studies=reg)
+    (dst / "good" / "plots").mkdir(parents=True)
+    (dst / "good" / "plots" / "stale.png").write_bytes(b"old")
+    assert collect(src, dst) == ["good", "old-style"]
+    files = sorted(p.relative_to(dst).as_posix() for p in dst.rglob("*") if p.is_file())
+    assert files == ["good/plots/gain.png", "good/results.json", "old-style/results.json"]
+    assert (dst / "good" / "results.json").read_bytes() == (src / "good" / "results.json").read_bytes()
+    with pytest.raises(PtmlabError, match="no results.json.*for broken"):
+        collect(src, dst, only=["broken"])
+    big = src / "good" / "plots" / "huge.png"
+    big.write_bytes(b"\0" * 1_000_001)
+    with pytest.raises(PtmlabError, match="over the 1,000,000 bytes"):
+        collect(src, dst, only=["good"])
+    assert (dst / "good" / "plots" / "gain.png").is_file()  # a refused copy leaves the committed results alone
+    with pytest.raises(PtmlabError, match="no study results"):
+        collect(tmp_path / "committed" / "good" / "plots", tmp_path / "x")
+
+
+def test_reserved_words_are_not_study_names():
+    assert not set(SUITE_COMMANDS) & set(load_all().names())
+
+
+def test_study_all_cli_runs_a_real_study_and_resumes(tmp_path, capsys):
+    out = tmp_path / "studies"
+    proc = run_cli("study", "all", "--budget", "small", "--only", "layer-ablation", "--output", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    res = json.loads((out / "layer-ablation" / "results.json").read_text())
+    assert res["rows"] and res["run"]["budget"] == "small"
+    summary = proc.stdout[proc.stdout.index("studies in"):]
+    assert re.search(r"^layer-ablation\s+done", summary, re.M), summary
+    capsys.readouterr()
+    assert SUITE_COMMANDS["all"](["--budget", "small", "--only", "layer-ablation", "--output", str(out)]) == 0
+    assert re.search(r"^layer-ablation\s+resumed", capsys.readouterr().out, re.M)
+    assert SUITE_COMMANDS["dashboard"](["--output", str(out)]) == 0
+    page = (out / "index.html").read_text()
+    assert page.count('<tr class="study"') == len(load_all().names())
+    assert 'src="layer-ablation/plots/' in page
+    committed = tmp_path / "committed"
+    assert SUITE_COMMANDS["collect"](["--from", str(out), "--to", str(committed)]) == 0
+    assert (committed / "layer-ablation" / "results.json").is_file()
+    assert not (committed / "layer-ablation" / "report.html").exists()
+
+
+def test_study_all_cli_errors(tmp_path):
+    assert_clean_error(run_cli("study", "all", "--only", "no-such-study", "--output", str(tmp_path)),
+                       "no-such-study")
+    with pytest.raises(SystemExit) as e:
+        SUITE_COMMANDS["all"](["--budget", "huge"])
+    assert e.value.code == 2
+    with pytest.raises(PtmlabError, match="--from"):
+        SUITE_COMMANDS["collect"](["--from", str(tmp_path / "none")])
+
+
+def test_study_all_command_exits_1_when_a_study_failed(tmp_path, monkeypatch, capsys):
+    import ptmlab.studies
+    from ptmlab.commands.study import run_all as command
+
+    monkeypatch.setattr(ptmlab.studies, "load_all", lambda: _registry([]))
+    assert command(["--budget", "small", "--only", "good,broken", "--output", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "1 of 2 studies failed: broken" in out and re.search(r"^good\s+done", out, re.M)
+    assert command(["--budget", "small", "--only", "good", "--output", str(tmp_path)]) == 0
