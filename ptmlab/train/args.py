@@ -88,7 +88,8 @@ class TrainArgs:
     stlr_ratio: float = opt(32.0, "slanted triangular: ratio of the peak to the lowest rate")
     strategy: str = opt("full", "fine-tuning strategy: full, frozen, gradual-unfreeze, adapter, lora, ulmfit")
     llrd: float = opt(1.0, "layer-wise learning-rate decay factor (discriminative fine-tuning); 1 = off")
-    unfreeze_every: int = opt(0, "gradual-unfreeze: steps between unfreezing groups (0: one group per epoch)")
+    unfreeze_every: int = opt(0, "gradual-unfreeze: steps between unfreezing groups (0: the training steps spread "
+                                            "evenly over the groups)")
     adapter_size: int = opt(64, "bottleneck size of adapters")
     lora_r: int = opt(8, "LoRA rank")
     lora_alpha: int = opt(16, "LoRA scaling alpha")
@@ -103,6 +104,9 @@ class TrainArgs:
     precision: str = opt("auto", "fp32, bf16, or auto (bf16 autocast where the hardware supports it)",
                          choices=["auto", "fp32", "bf16"])
     group_by_length: bool = opt(True, "batch examples of similar length together (less padding)")
+    compile: str = opt("off", "torch.compile the model: off, default, reduce-overhead (CUDA graphs), max-autotune; "
+                              "batches are then padded to multiples of 32 tokens so shapes repeat",
+                       choices=["off", "default", "reduce-overhead", "max-autotune"])
     overwrite: bool = opt(False, "replace an existing run in --output")
     test: bool = opt(True, "evaluate on the test split at the end when it has labels")
 
@@ -133,8 +137,27 @@ class TrainArgs:
 
 
 @dataclass(frozen=True)
-class FinetuneConfig(TrainArgs, LongArgs, DataArgs, ModelArgs):  # flags: model, data, long inputs, training
+class MultiTaskArgs:
+    """Several tasks, one encoder, a head per task (MT-DNN; docs/finetuning.md): ``finetune`` and ``distill``."""
+
+    tasks: list[str] = opt([], "multi-task: two or more tasks trained together, one head each (e.g. sst2,mrpc,rte); "
+                               "replaces --task")
+    task_sampling: str = opt("proportional", "multi-task: how often each task's batches are drawn: proportional to "
+                                             "its size, uniform, or sqrt of its size",
+                             choices=["proportional", "uniform", "sqrt"])
+
+    def validate_tasks(self) -> None:
+        from ptmlab.data.multitask import parse_tasks, task_probabilities
+
+        task_probabilities([1], self.task_sampling)
+        if self.tasks:
+            parse_tasks(self.tasks)
+
+
+@dataclass(frozen=True)
+class FinetuneConfig(TrainArgs, LongArgs, MultiTaskArgs, DataArgs, ModelArgs):  # flags: model, data, ..., training
     def validate(self) -> None:
+        self.validate_tasks()
         self.validate_data()
         self.validate_long()
         self.validate_train()

@@ -2,8 +2,9 @@
 
 What varies is the loss: ``loss_fn(model, batch) -> per-example losses`` (a tensor of shape [n]); its own
 trainable parameters (projections of a distillation loss, say) come as ``loss_module``. The loop owns
-batching, gradient accumulation, data parallelism (Accelerate; ``torchrun`` on CPUs), mixed precision,
-evaluation, best-model keeping, early stopping, atomic checkpoints and exact resume.
+batching (a source with ``plan_batches(batch_size, seed, epoch)`` composes its own: multi-task), gradient
+accumulation, data parallelism (Accelerate; ``torchrun`` on CPUs), mixed precision, evaluation,
+best-model keeping, early stopping, atomic checkpoints and exact resume.
 
 Exactness: the order of examples is a pure function of (seed, epoch); each optimizer step's loss is the sum of
 per-example losses divided by the number of examples in the global batch, so one process and N processes with
@@ -100,6 +101,12 @@ class Trainer:
         self.total_steps = cfg.max_steps or max(1, math.ceil(cfg.epochs * self.steps_per_epoch))
         self.scheduler = build_scheduler(self.optimizer, cfg.schedule, self.total_steps, cfg)
         self.model = self.accelerator.prepare(model)
+        # batches padded to a multiple of pad_to: 1 on CPUs (any extra position is wasted work), 8 on GPUs
+        # (tensor-core friendly), and length buckets of 32 when compiled, so shapes repeat and graphs are reused
+        compile_mode = getattr(cfg, "compile", "off")
+        self.pad_to = 32 if compile_mode != "off" else 8 if self.accelerator.device.type == "cuda" else 1
+        if compile_mode != "off":
+            self.model.compile(mode=None if compile_mode == "default" else compile_mode)
         if loss_module is not None:
             loss_module.to(self.accelerator.device)
         self.state = LoopState()
@@ -155,19 +162,29 @@ class Trainer:
     def _batch(self, indices: list[int], epoch: int) -> dict:
         if self._make_batch is not None:
             return self._make_batch(indices, epoch)
-        return collate(self.enc, indices, self.pad_id, self.regression)
+        return collate(self.enc, indices, self.pad_id, self.regression, pad_to=self.pad_to)
 
-    def _train_step(self, global_batch: list[int], epoch: int = 0) -> tuple[float, int]:
+    def _to_device(self, batch: dict) -> dict:
+        """Host tensors to the device; on a GPU through pinned memory without waiting, so the host collates the
+        next batch while the device computes this one."""
+        device = self.accelerator.device
+        if device.type != "cuda":
+            return {k: v.to(device) for k, v in batch.items()}
+        return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
+
+    def _train_step(self, global_batch: list[int], epoch: int = 0) -> tuple[torch.Tensor, int]:
+        """One optimizer step. Returns the summed loss of this process's examples as a device tensor (read on
+        the host only when it is logged: no per-step synchronisation) and their number."""
         device = self.accelerator.device
         micro = [m for m in self._micro_batches(global_batch) if m]
         n_total = len(global_batch)
-        loss_sum, n_local = 0.0, 0
+        loss_sum, n_local = torch.zeros((), device=device), 0
         for j, mb in enumerate(micro):
             local = shard(mb, self.rank, self.world)
             weight = 1.0
             if not local:  # this process has nothing in a tiny last batch: a zero-weight pass keeps DDP in step
                 local, weight = mb[:1], 0.0
-            batch = {k: v.to(device) for k, v in self._batch(local, epoch).items()}
+            batch = self._to_device(self._batch(local, epoch))
             sync = j == len(micro) - 1 or self.world == 1
             ctx = contextlib.nullcontext() if sync else self.accelerator.no_sync(self.model)
             with ctx:
@@ -176,7 +193,7 @@ class Trainer:
                 loss = per_ex.sum() * (weight * self.world / n_total)
                 self.accelerator.backward(loss)
             if weight:
-                loss_sum += float(per_ex.detach().sum())
+                loss_sum += per_ex.detach().float().sum()
                 n_local += len(local)
         self.strategy.apply_frozen(self.model)
         if self.cfg.max_grad_norm:
@@ -219,13 +236,15 @@ class Trainer:
         self.model.train()
         epoch_cache: dict[int, list[list[int]]] = {}
         lengths = self.enc.lengths
+        plan = getattr(self.enc, "plan_batches", None)  # a source that composes its own batches (multi-task)
         bar = progress(total=self.total_steps, initial=st.step, desc="train", unit="step")
-        window_loss, window_n = 0.0, 0
+        window_loss, window_n = torch.zeros((), device=self.accelerator.device), 0
         t0 = time.perf_counter()
         while st.step < self.total_steps:
             epoch, b = divmod(st.step, self.steps_per_epoch)
             if epoch not in epoch_cache:
-                epoch_cache = {epoch: train_batches(lengths, cfg.batch_size, cfg.seed, epoch, cfg.group_by_length)}
+                epoch_cache = {epoch: plan(cfg.batch_size, cfg.seed, epoch) if plan else
+                               train_batches(lengths, cfg.batch_size, cfg.seed, epoch, cfg.group_by_length)}
             self.strategy.update(self.model, st.step, epoch, self.steps_per_epoch)
             global_batch = epoch_cache[epoch][b]
             loss_sum, n = self._train_step(global_batch, epoch)
@@ -239,7 +258,7 @@ class Trainer:
             st.train_seconds += now - t0
             t0 = now
             if st.step % cfg.logging_steps == 0 or st.step == self.total_steps:
-                avg = window_loss / max(1, window_n)
+                avg = float(window_loss) / max(1, window_n)  # the one host sync per logging window
                 bar.set_postfix(loss=f"{avg:.4f}")
                 if self.accelerator.is_main_process:
                     row = {"step": st.step, "epoch": round(st.step / self.steps_per_epoch, 4), "loss": avg,
@@ -248,7 +267,7 @@ class Trainer:
                     if self.flops_per_token:
                         row["flops"] = st.tokens * self.flops_per_token
                     self.run.log(row)
-                window_loss, window_n = 0.0, 0
+                window_loss, window_n = torch.zeros((), device=self.accelerator.device), 0
             end_of_epoch = st.step % self.steps_per_epoch == 0
             due_eval = (st.step % cfg.eval_steps == 0) if cfg.eval_steps else end_of_epoch
             stop = False

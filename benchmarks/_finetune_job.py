@@ -1,0 +1,189 @@
+"""The fine-tuning job shared by the speed benchmarks, and its sides: ptmlab, transformers' Trainer, a bare loop.
+
+Fairness rules every benchmark built on this follows:
+- every side trains the same model on the same rows with the same batch size, max length, learning rate, schedule,
+  epochs and precision (fp32 or bf16 autocast on all sides alike);
+- every side's final model is scored by the same code (``dev_accuracy``: ptmlab's batched evaluation in fp32, in
+  the dev set's own order), so no side's prediction collection can differ from another's;
+- sides run alternately in one process, ``repeats`` times in rotated order, and each record carries the machine's
+  load average before and after it; medians and spreads are reported;
+- what is timed is the training loop only (model loading, tokenisation and evaluation excluded on every side).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Job:
+    model: str = "minilm"
+    task: str = "sst2"
+    glue_dir: str | None = None
+    max_train: int | None = 4000  # None: the full training set
+    batch_size: int = 32
+    max_length: int = 64
+    lr: float = 5e-5
+    epochs: float = 1.0
+    warmup: float = 0.06
+    precision: str = "fp32"  # the same on every side
+    seed: int = 0
+
+    def describe(self) -> str:
+        rows = "full" if not self.max_train else f"{self.max_train} rows (seed-{self.seed} shuffle)"
+        return (f"{self.model}, {self.task} {rows}, max_length {self.max_length}, batch {self.batch_size}, "
+                f"lr {self.lr:g}, {self.epochs:g} epoch, linear {self.warmup:.0%} warm-up, {self.precision}")
+
+
+def load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def _data(job: Job):
+    from ptmlab.data.loaders import load_task, subset
+
+    data = load_task(job.task, job.glue_dir)
+    return subset(data.splits["train"], job.max_train, job.seed), data.splits["dev"], data.spec
+
+
+def dev_accuracy(model, job: Job) -> float:
+    """The one evaluation of every side: ptmlab's batched evaluation in fp32 on the full dev set, in order."""
+    from ptmlab.data.encode import encode_split
+    from ptmlab.models.zoo import load_tokenizer
+    from ptmlab.train.evaluate import evaluate
+
+    _, dev, spec = _data(job)
+    tok = load_tokenizer(job.model)
+    metrics, _ = evaluate(model, encode_split(tok, dev, job.max_length), spec, tok.pad_token_id or 0,
+                          precision="fp32")
+    return float(metrics["accuracy"])
+
+
+def run_ptmlab(job: Job, out: Path, compile_mode: str = "off", group_by_length: bool = True) -> dict:
+    from ptmlab.models.zoo import load_model
+    from ptmlab.train.args import FinetuneConfig
+    from ptmlab.train.finetune import run_finetune
+
+    cfg = FinetuneConfig(model=job.model, task=job.task, glue_dir=job.glue_dir, max_train=job.max_train,
+                         epochs=job.epochs, lr=job.lr, batch_size=job.batch_size, max_length=job.max_length,
+                         seed=job.seed, warmup=job.warmup, schedule="linear", precision=job.precision,
+                         compile=compile_mode, group_by_length=group_by_length, output=str(out), overwrite=True,
+                         test=False)
+    s = run_finetune(cfg)
+    model = load_model(str(out))
+    return {"train_seconds": s["train_seconds"], "examples": s["train_examples"], "tokens": s.get("train_tokens"),
+            "accuracy": dev_accuracy(model, job)}
+
+
+def run_trainer(job: Job, out: Path, sampling: str = "random") -> dict:
+    """transformers' Trainer with its defaults for this job (DataCollatorWithPadding, fused AdamW where the
+    Trainer picks it, no evaluation or saving during training)."""
+    import torch
+    from datasets import Dataset
+    from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
+
+    from ptmlab.models.zoo import load_model, load_tokenizer
+
+    train, _, spec = _data(job)
+    tok = load_tokenizer(job.model)
+    enc = tok(train.text, truncation=True, max_length=job.max_length)
+    ds = Dataset.from_dict({**{k: enc[k] for k in enc.keys()}, "labels": list(train.label)})
+    set_seed(job.seed)
+    model = load_model(job.model, num_labels=spec.num_labels)  # the same stock transformers class on every side
+    targs = TrainingArguments(output_dir=str(out), per_device_train_batch_size=job.batch_size,
+                              learning_rate=job.lr, num_train_epochs=job.epochs, warmup_steps=job.warmup,
+                              lr_scheduler_type="linear", weight_decay=0.01, seed=job.seed, report_to=[],
+                              save_strategy="no", eval_strategy="no", logging_steps=50, disable_tqdm=True,
+                              bf16=job.precision == "bf16", use_cpu=not torch.cuda.is_available(),
+                              train_sampling_strategy=sampling, dataloader_num_workers=0)
+    trainer = Trainer(model=model, args=targs, train_dataset=ds, data_collator=DataCollatorWithPadding(tok))
+    t0 = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - t0
+    return {"train_seconds": round(seconds, 3), "examples": len(train), "accuracy": dev_accuracy(trainer.model, job)}
+
+
+def run_bare(job: Job, compile_mode: str = "off") -> dict:
+    """The floor: a plain PyTorch loop (every batch padded to max_length, fused AdamW, linear schedule), the
+    reference for what the hardware gives without any framework."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import get_linear_schedule_with_warmup, set_seed
+
+    from ptmlab.models.zoo import load_model, load_tokenizer
+
+    train, _, spec = _data(job)
+    tok = load_tokenizer(job.model)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    enc = tok(train.text, truncation=True, max_length=job.max_length, padding="max_length", return_tensors="pt")
+    labels = torch.tensor(list(train.label))
+    set_seed(job.seed)
+    model = load_model(job.model, num_labels=spec.num_labels).to(device)
+    if compile_mode != "off":
+        model.compile(mode=None if compile_mode == "default" else compile_mode)
+    opt = torch.optim.AdamW(model.parameters(), lr=job.lr, weight_decay=0.01, fused=True)
+    n = len(train)
+    steps = int(job.epochs * -(-n // job.batch_size))
+    sched = get_linear_schedule_with_warmup(opt, int(job.warmup * steps), steps)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(job.seed))
+    model.train()
+    seen = 0
+    t0 = time.perf_counter()
+    for step in range(steps):
+        idx = order[(step * job.batch_size) % n:][:job.batch_size]
+        seen += len(idx)
+        batch = {k: v[idx].to(device, non_blocking=True) for k, v in enc.items()}
+        y = labels[idx].to(device, non_blocking=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=job.precision == "bf16"):
+            loss = F.cross_entropy(model(**batch).logits.float(), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    return {"train_seconds": round(seconds, 3), "examples": seen,
+            "accuracy": dev_accuracy(model, job)}
+
+
+def alternate(sides: dict, repeats: int, tmp: Path) -> dict[str, list[dict]]:
+    """Run every side ``repeats`` times, rotating the order each round; each record carries the load average."""
+    names = list(sides)
+    records: dict[str, list[dict]] = {n: [] for n in names}
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            before = load_average()
+            rec = sides[name](tmp / f"{name}-{r}")
+            rec["examples_per_second"] = round(rec["examples"] / rec["train_seconds"], 2)
+            rec.update(load_before=before, load_after=load_average(), round=r)
+            records[name].append(rec)
+            print(f"  {name:18} round {r}: {rec['examples_per_second']:8.1f} ex/s, dev acc {rec['accuracy']:.4f} "
+                  f"(load {before} -> {rec['load_after']})", flush=True)
+    return records
+
+
+def summarise(records: dict[str, list[dict]]) -> dict[str, dict]:
+    out = {}
+    for name, recs in records.items():
+        eps = [r["examples_per_second"] for r in recs]
+        acc = [r["accuracy"] for r in recs]
+        out[name] = {"examples_per_second_median": round(statistics.median(eps), 2),
+                     "examples_per_second_min": min(eps), "examples_per_second_max": max(eps),
+                     "accuracy_median": round(statistics.median(acc), 4), "accuracy_runs": acc, "runs": recs}
+    return out
+
+
+def print_summary(summary: dict[str, dict]) -> None:
+    print(f"{'side':20} {'ex/s median':>12} {'[min, max]':>20} {'dev acc':>8}")
+    for name, s in summary.items():
+        spread = f"[{s['examples_per_second_min']:.1f}, {s['examples_per_second_max']:.1f}]"
+        print(f"{name:20} {s['examples_per_second_median']:>12.1f} {spread:>20} {s['accuracy_median']:>8.4f}")

@@ -1,0 +1,112 @@
+"""Benchmark: ptmlab's loop on a GPU against transformers' Trainer and a bare PyTorch loop, in one script.
+
+Job (issue 18): minilm on the full SST-2 training set, 1 epoch, batch 32, max length 64, bf16 autocast on every side,
+lr 5e-5, linear schedule with 6% warm-up; every side scored by the same evaluation on the full dev set
+(benchmarks/_finetune_job.py holds the job, the sides and the fairness rules). Sides: ptmlab (eager), ptmlab with
+``--compile reduce-overhead`` (length buckets of 32 tokens, CUDA graphs), the Trainer (random and length-grouped
+sampling), the bare loop (eager and compiled). Then the FLOP rate: ptmlab at ``--mfu-batch`` (default 1024),
+reported as 6 * N * tokens / second with N the non-embedding parameters and tokens the non-padding tokens the loop
+counted (padding is not useful work), as a fraction of ``--peak-tflops`` (H200 dense bf16: 989).
+
+Targets: ptmlab >= 2x the better Trainer configuration at batch 32 with equal dev accuracy; >= 30% of peak at the
+largest batch. On a CPU the script still runs (``--max-train`` small, fp32 unless the CPU has fast bf16) so it can
+be checked anywhere; its numbers then say nothing about GPUs.
+
+    python benchmarks/gpu_finetune.py [--max-train 0] [--repeats 2] [--mfu-batch 1024] [--peak-tflops 989]
+"""
+
+from __future__ import annotations
+
+# isort: off
+from _env import ROOT  # first: offline defaults before anything imports transformers
+# isort: on
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+from functools import partial
+from pathlib import Path
+
+from _finetune_job import Job, alternate, load_average, print_summary, run_bare, run_ptmlab, run_trainer, summarise
+
+
+def non_embedding_params(model_name: str) -> int:
+    from ptmlab.models.structure import structure_of
+    from ptmlab.models.zoo import load_model
+
+    model = load_model(model_name, num_labels=2)
+    emb = structure_of(model).embedding_module(model)
+    skip = {id(p) for p in emb.parameters()}
+    return sum(p.numel() for p in model.parameters() if id(p) not in skip)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--glue-dir", default=str(ROOT.parent / "shared/data/glue"))
+    p.add_argument("--model", default="minilm")
+    p.add_argument("--max-train", type=int, default=0, help="training rows (0: all of SST-2)")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--mfu-batch", type=int, default=1024, help="batch of the FLOP-rate run (0: skip)")
+    p.add_argument("--peak-tflops", type=float, default=989.0, help="the accelerator's dense bf16 peak")
+    p.add_argument("--no-compile", action="store_true", help="skip the compiled sides")
+    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "gpu_finetune.json"))
+    args = p.parse_args()
+    if not Path(args.glue_dir, "SST-2", "train.tsv").is_file():
+        sys.exit(f"SST-2 not found under {args.glue_dir}: pass --glue-dir")
+    import torch
+
+    from ptmlab.train.evaluate import resolve_precision
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    job = Job(model=args.model, glue_dir=args.glue_dir, max_train=args.max_train or None,
+              precision=resolve_precision("auto", device))
+    sides = {"ptmlab": partial(run_ptmlab, job),
+             "trainer_random": partial(run_trainer, job, sampling="random"),
+             "trainer_grouped": partial(run_trainer, job, sampling="group_by_length"),
+             "bare_loop": lambda _out: run_bare(job)}
+    if not args.no_compile:
+        sides["ptmlab_compiled"] = partial(run_ptmlab, job, compile_mode="reduce-overhead")
+        sides["bare_loop_compiled"] = lambda _out: run_bare(job, compile_mode="default")
+    name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
+    print(f"job: {job.describe()} on {name}; {args.repeats} alternating rounds")
+    result: dict = {"job": job.describe(), "device": name, "repeats": args.repeats}
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = summarise(alternate(sides, args.repeats, Path(tmp)))
+        trainers = ("trainer_random", "trainer_grouped")
+        best = max(trainers, key=lambda k: summary[k]["examples_per_second_median"])
+        ours = max((k for k in summary if k.startswith("ptmlab")),
+                   key=lambda k: summary[k]["examples_per_second_median"])
+        result.update(sides=summary, best_trainer=best, best_ptmlab=ours,
+                      speedup_vs_best_trainer=round(summary[ours]["examples_per_second_median"]
+                                                    / summary[best]["examples_per_second_median"], 3),
+                      accuracy_delta_points=round(100 * (summary[ours]["accuracy_median"]
+                                                         - summary[best]["accuracy_median"]), 2))
+        if args.mfu_batch:
+            big = dataclasses.replace(job, batch_size=args.mfu_batch, lr=job.lr * (args.mfu_batch / 32) ** 0.5)
+            rec = run_ptmlab(big, Path(tmp) / "mfu")
+            n = non_embedding_params(args.model)
+            tflops = 6 * n * rec["tokens"] / rec["train_seconds"] / 1e12
+            result["flop_rate"] = {"batch": args.mfu_batch, "non_embedding_params": n, "tokens": rec["tokens"],
+                                   "train_seconds": rec["train_seconds"], "tflops": round(tflops, 2),
+                                   "fraction_of_peak": round(tflops / args.peak_tflops, 4),
+                                   "accounting": "6 * N_non_embedding * non-padding tokens / training seconds",
+                                   "dev_accuracy": rec["accuracy"]}
+    result["load_average_end"] = load_average()
+    result["targets"] = {"speedup_vs_best_trainer": 2.0, "fraction_of_peak": 0.30}
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print_summary(result["sides"])
+    print(f"{result['best_ptmlab']} / {result['best_trainer']}: {result['speedup_vs_best_trainer']:.2f}x "
+          f"(target >= 2x); accuracy delta {result['accuracy_delta_points']:+.2f} points")
+    if "flop_rate" in result:
+        fr = result["flop_rate"]
+        print(f"batch {fr['batch']}: {fr['tflops']:.1f} TFLOP/s = {fr['fraction_of_peak']:.1%} of "
+              f"{args.peak_tflops:g} (target >= 30%)")
+    print(f"written: {out}")
+
+
+if __name__ == "__main__":
+    main()
