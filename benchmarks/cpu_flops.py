@@ -1,0 +1,159 @@
+"""Benchmark: how much of the matmul rate ptmlab's inference and training steps reach, and where the rest goes.
+
+Three measurements in one process, at one precision (``--precision``, default fp32; bf16 where the CPU is fast in
+it):
+1. the machine's matmul rate: the median over repeats of square matmuls of size 1024..4096 (GFLOP/s = 2 n^3 / s);
+2. inference: minilm (or ``--model``) forward passes at batch 32 on SST-2 dev sentences padded to ``--length``,
+   FLOPs counted as 2 * N_non_embedding * tokens + the attention products (4 * layers * tokens * length * hidden);
+3. one training step (forward, backward, fused AdamW) at batch 32: 6 * N_non_embedding * tokens + 3x the attention
+   products, and a torch.profiler breakdown of the step's time into matmuls, attention kernels, optimizer,
+   embedding backward, elementwise/normalisation and the rest.
+Ratios 2/1 and 3/1 say how close a step comes to the hardware; the breakdown says what to attack.
+
+    python benchmarks/cpu_flops.py [--model minilm] [--length 64] [--precision fp32|bf16] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+# isort: off
+from _env import ROOT  # first: offline defaults before anything imports transformers
+# isort: on
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+CATEGORIES = (  # (category, substrings of profiler op names), first match wins
+    ("optimizer", ("adam", "optimizer")),
+    ("embedding backward", ("embedding_dense_backward", "embedding_backward", "index_add", "index_put")),
+    ("attention kernels", ("scaled_dot_product", "_flash_attention", "_efficient_attention", "softmax")),
+    ("matmul", ("addmm", "aten::mm", "aten::bmm", "matmul", "linear")),
+    ("normalisation/elementwise", ("layer_norm", "gelu", "add", "mul", "div", "dropout", "tanh", "copy_", "fill_",
+                                   "zero_", "where", "sum", "mean", "sub", "pow", "sqrt", "clamp", "cross_entropy",
+                                   "nll", "log_softmax")),
+)
+
+
+def matmul_rate(n: int, dtype, repeats: int) -> float:
+    import torch
+
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    torch.mm(a, b)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        times.append(time.perf_counter() - t)
+    return 2 * n ** 3 / statistics.median(times) / 1e9
+
+
+def main() -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from ptmlab.data.loaders import load_task
+    from ptmlab.models.structure import structure_of
+    from ptmlab.models.zoo import load_model, load_tokenizer
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="minilm")
+    p.add_argument("--glue-dir", default=str(ROOT.parent / "shared/data/glue"))
+    p.add_argument("--length", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "cpu_flops.json"))
+    args = p.parse_args()
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16")
+
+    peak = {n: round(matmul_rate(n, dtype, args.repeats), 1) for n in (1024, 2048, 4096)}
+    machine = max(peak.values())
+
+    model = load_model(args.model, num_labels=2)
+    tok = load_tokenizer(args.model)
+    cfg = model.config
+    emb = {id(q) for q in structure_of(model).embedding_module(model).parameters()}
+    n_params = sum(q.numel() for q in model.parameters() if id(q) not in emb)
+    data = load_task("sst2", args.glue_dir) if Path(args.glue_dir, "SST-2").is_dir() else load_task("tweets")
+    texts = list(data.splits["dev"].text[:args.batch_size])
+    batch = tok(texts, padding="max_length", truncation=True, max_length=args.length, return_tensors="pt")
+    tokens = args.batch_size * args.length
+    attn = 4 * cfg.num_hidden_layers * tokens * args.length * cfg.hidden_size  # QK^T and AV, multiply-adds x2
+
+    model.eval()
+    with torch.no_grad(), autocast:
+        model(**batch)
+        times = []
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            model(**batch)
+            times.append(time.perf_counter() - t)
+    infer_s = statistics.median(times)
+    infer_rate = (2 * n_params * tokens + attn) / infer_s / 1e9
+
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+    labels = torch.zeros(args.batch_size, dtype=torch.long)
+
+    def step():
+        with autocast:
+            loss = F.cross_entropy(model(**batch).logits.float(), labels)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()
+    times = []
+    for _ in range(args.repeats):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    train_s = statistics.median(times)
+    train_rate = (6 * n_params * tokens + 3 * attn) / train_s / 1e9
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    spent = {c: 0.0 for c, _ in CATEGORIES}
+    spent["other"] = 0.0
+    for ev in prof.key_averages():
+        name = ev.key.lower()
+        if not name.startswith("aten::") and "adam" not in name:
+            continue  # wrappers (autograd nodes, profiler ranges) would double count their aten children
+        for cat, keys in CATEGORIES:
+            if any(k in name for k in keys):
+                spent[cat] += ev.self_cpu_time_total
+                break
+        else:
+            spent["other"] += ev.self_cpu_time_total
+    total = sum(spent.values()) or 1.0
+    breakdown = {k: round(v / total, 3) for k, v in spent.items()}
+
+    result = {"model": args.model, "precision": args.precision, "threads": torch.get_num_threads(),
+              "load_average": list(os.getloadavg()), "batch": args.batch_size, "length": args.length,
+              "non_embedding_params": n_params, "matmul_gflops": peak, "machine_gflops": machine,
+              "inference": {"seconds": round(infer_s, 4), "gflops": round(infer_rate, 1),
+                            "fraction_of_matmul_rate": round(infer_rate / machine, 3)},
+              "training_step": {"seconds": round(train_s, 4), "gflops": round(train_rate, 1),
+                                "fraction_of_matmul_rate": round(train_rate / machine, 3),
+                                "time_breakdown_aten_self_cpu": breakdown},
+              "targets": {"inference_fraction": 0.8}}
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"matmul rate ({args.precision}): {peak} GFLOP/s -> machine {machine:.1f}")
+    print(f"inference b{args.batch_size} x {args.length}: {infer_rate:.1f} GFLOP/s = "
+          f"{infer_rate / machine:.0%} of the matmul rate (target 80%)")
+    print(f"training step: {train_rate:.1f} GFLOP/s = {train_rate / machine:.0%}; time by kind: "
+          + ", ".join(f"{k} {v:.0%}" for k, v in breakdown.items()))
+    print(f"written: {out}")
+
+
+if __name__ == "__main__":
+    main()
