@@ -6,49 +6,39 @@ from __future__ import annotations
 import pytest
 
 from ptmlab.core.errors import PtmlabError
-from ptmlab.studies.long_attention import noise_margin, q10_verdict, q11_verdict, top_exponent
+from ptmlab.studies.long_attention import q10_verdict, q11_verdict, top_exponent
 
 
 def test_q10_outcomes():
-    assert q10_verdict(1.8, 8192)[0] == "supported"
-    assert q10_verdict(1.5, 1024)[0] == "supported"  # a clear n^2 even below the crossover counts
-    label, text = q10_verdict(1.1, 8192)
-    assert label == "not supported" and "n^1.10" in text and "8,192" in text
-    assert q10_verdict(1.1, 4096)[0] == "inconclusive"  # 4,096 < 2 x 2,304: too short to rule it out
-    assert q10_verdict(1.35, 16384)[0] == "inconclusive"  # between the thresholds
-    assert q10_verdict(None, 8192)[0] == "inconclusive"
-    assert q10_verdict(1.1, 1024, hidden=64)[0] == "not supported"  # the crossover scales with the hidden size
-
-
-def test_noise_margin_is_one_example_or_the_seed_spread():
-    acc = {"window": [0.50, 0.60], "truncate": [0.40, 0.42]}
-    assert noise_margin(acc, ("window", "truncate"), 100) == pytest.approx(0.10)
-    assert noise_margin({"window": [0.5, 0.5], "truncate": [0.4, 0.4]}, ("window", "truncate"), 20) == 0.05
+    assert q10_verdict(1.8, 8192).outcome == "supported"
+    assert q10_verdict(1.5, 1024).outcome == "supported"  # a clear n^2 even below the crossover counts
+    v = q10_verdict(1.1, 8192)
+    assert v.outcome == "not supported" and "n^1.10" in v.reason and "8,192" in v.reason
+    assert q10_verdict(1.1, 4096).outcome == "inconclusive"  # 4,096 < 2 x 2,304: too short to rule it out
+    assert q10_verdict(1.35, 16384).outcome == "inconclusive"  # between the thresholds
+    assert q10_verdict(None, 8192).outcome == "inconclusive"
+    assert q10_verdict(1.1, 1024, hidden=64).outcome == "not supported"  # the crossover scales with the hidden size
 
 
 def test_q11_outcomes():
-    n = 100  # margin at least 0.01
-    sup = {"truncate": [0.40, 0.42], "chunk": [0.55, 0.57], "window": [0.60, 0.61]}
-    label, text = q11_verdict(1.02, sup, n)
-    assert label == "supported" and "better than chunk-and-pool" in text and "+0.1950" in text
-    # linear cost but no accuracy gain beyond the seed spread
-    label, text = q11_verdict(1.02, {"truncate": [0.40, 0.50], "window": [0.44, 0.52]}, n)
-    assert label == "inconclusive"
-    # window worse than truncation by more than the margin
-    assert q11_verdict(1.02, {"truncate": [0.60, 0.61], "window": [0.40, 0.41]}, n)[0] == "not supported"
-    # accurate but not linear in cost
-    assert q11_verdict(1.7, sup, n)[0] == "not supported"
-    # accurate, cost exponent between 1.3 and 1.5
-    assert q11_verdict(1.4, sup, n)[0] == "inconclusive"
-    # exponent unmeasured: accuracy alone cannot make it supported
-    assert q11_verdict(None, sup, n)[0] == "inconclusive"
-    # a missing variant
-    assert q11_verdict(1.0, {"window": [0.5, 0.6]}, n)[0] == "inconclusive"
-    # chunk-and-pool within the margin of window
-    text = q11_verdict(1.0, {"truncate": [0.3, 0.3], "chunk": [0.595, 0.6], "window": [0.6, 0.6]}, n)[1]
-    assert "as good as chunk-and-pool" in text
-    text = q11_verdict(1.0, {"truncate": [0.3, 0.3], "chunk": [0.8, 0.8], "window": [0.6, 0.6]}, n)[1]
-    assert "worse than chunk-and-pool" in text
+    sup = {"truncate": [0.40, 0.42, 0.41], "chunk": [0.55, 0.57, 0.56], "window": [0.60, 0.61, 0.62]}
+    v = q11_verdict(1.02, sup)
+    assert v.outcome == "supported" and "better than chunk-and-pool" in v.reason
+    assert v.estimate.value == pytest.approx(0.20) and v.estimate.n == 3
+    # linear cost but the paired interval includes 0
+    assert q11_verdict(1.02, {"truncate": [0.40, 0.50, 0.45], "window": [0.44, 0.48, 0.46]}).outcome == "inconclusive"
+    # window worse than truncation, every seed
+    bad = {"truncate": [0.60, 0.61, 0.62], "window": [0.40, 0.41, 0.43]}
+    assert q11_verdict(1.02, bad).outcome == "not supported"
+    assert q11_verdict(1.7, sup).outcome == "not supported"  # accurate but not linear in cost
+    assert q11_verdict(1.4, sup).outcome == "inconclusive"  # cost exponent between 1.3 and 1.5
+    assert q11_verdict(None, sup).outcome == "inconclusive"  # exponent unmeasured
+    assert q11_verdict(1.0, {"truncate": [0.3], "window": [0.9]}).outcome == "inconclusive"  # one seed
+    assert q11_verdict(1.0, {"window": [0.5, 0.6]}).outcome == "inconclusive"  # a missing variant
+    near = {"truncate": [0.3, 0.3, 0.31], "chunk": [0.59, 0.61, 0.6], "window": [0.6, 0.6, 0.6]}
+    assert "as good as chunk-and-pool" in q11_verdict(1.0, near).reason
+    far = {"truncate": [0.3, 0.3, 0.31], "chunk": [0.8, 0.81, 0.8], "window": [0.6, 0.6, 0.61]}
+    assert "worse than chunk-and-pool" in q11_verdict(1.0, far).reason
 
 
 def test_top_exponent_uses_the_top_quarter():

@@ -143,18 +143,8 @@ def test_multilingual_study_small(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     r = json.loads((out / "results.json").read_text())
     models = [row["model"] for row in r["rows"]]
-    assert models.count("teacher") == 4 and models.count("copy") == 8  # 4 sets, 2 seeds
-    assert any(word in r["verdict"] for word in ("supported", "inconclusive"))
+    assert models.count("teacher") == 4 and models.count("copy") == 4  # 4 sets, 1 seed (--budget small)
+    assert r["outcome"] == "inconclusive" and r["judged_student"] == "copy"  # one seed cannot decide
 
 
-def test_multilingual_verdict_rule():
-    from ptmlab.studies.multilingual import verdict
-
-    def rows(model, seed, acc, sts):
-        return [{"model": model, "seed": seed, "src_to_tgt": acc, "tgt_to_src": acc, "sts_spearman": None},
-                {"model": model, "seed": seed, "src_to_tgt": acc, "tgt_to_src": acc, "sts_spearman": sts}]
-
-    base = rows("teacher", "-", 10.0, 0.85)
-    assert "is supported" in verdict(base + rows("copy", 0, 25.0, 0.84) + rows("copy", 1, 24.0, 0.86))
-    assert "inconclusive" in verdict(base + rows("copy", 0, 25.0, 0.84) + rows("copy", 1, 15.0, 0.86))
-    assert "not supported" in verdict(base + rows("copy", 0, 9.0, 0.84) + rows("copy", 1, 8.0, 0.86))
+# the verdict rule on synthetic numbers (every outcome): tests/test_study_rules_b.py

@@ -11,16 +11,13 @@ import pytest
 
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies.pretrain_common import (
-    INCONCLUSIVE,
-    NOT_SUPPORTED,
-    SUPPORTED,
-    best_variant_verdict,
     check_seeds,
     flop_spread,
     mean_spread,
     numbers,
     summary_rows,
 )
+from ptmlab.studies.verdict import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
 
 OUTCOMES = {SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE}
 
@@ -53,46 +50,7 @@ def test_summary_rows_average_tasks_per_seed():
     assert rows[0]["t1"] == "0.6500 ± 0.0500" and rows[1]["average"] == "0.5250 ± 0.0250"
 
 
-# ------------------------------------------------------------------------------------------------ verdict rules
-@pytest.mark.parametrize("scores,outcome", [
-    ({"x": [0.80, 0.82], "y": [0.70, 0.72], "z": [0.60, 0.75]}, SUPPORTED),  # beats y by .10 > .01, z by .135 > .075
-    ({"x": [0.80, 0.82], "y": [0.78, 0.86], "z": [0.60, 0.62]}, INCONCLUSIVE),  # y: +.01 within spread .04
-    ({"x": [0.70, 0.72], "y": [0.80, 0.81], "z": [0.60, 0.62]}, NOT_SUPPORTED),  # y beats x by .095 > .01
-    ({"x": [0.90], "y": [0.10]}, INCONCLUSIVE),  # one seed
-])
-def test_best_variant_rule_gives_every_outcome(scores, outcome):
-    got, why = best_variant_verdict(scores, "x")
-    assert got == outcome, why
-
-
-def test_objectives_verdict_needs_equal_compute():
-    from ptmlab.studies.objectives import verdict
-
-    clear = {"electra": [0.80, 0.81], "mlm": [0.70, 0.71], "clm": [0.65, 0.66]}
-    assert verdict(clear, 0.01)[0] == SUPPORTED
-    assert verdict({**clear, "mlm": [0.90, 0.91]}, 0.01)[0] == NOT_SUPPORTED
-    assert verdict({**clear, "mlm": [0.79, 0.83]}, 0.01)[0] == INCONCLUSIVE
-    outcome, why = verdict(clear, 0.08)  # the same numbers at unequal FLOPs say nothing
-    assert outcome == INCONCLUSIVE and "8.0%" in why
-
-
-def test_span_corruption_verdict_every_outcome():
-    from ptmlab.studies.span_corruption import verdict
-
-    base = {"0.15/1": [0.70, 0.72], "0.5/3": [0.60, 0.61]}
-    assert verdict({**base, "0.15/3": [0.71, 0.72]})[0] == SUPPORTED  # beats 0.5/3, none beats it
-    assert verdict({**base, "0.15/3": [0.62, 0.63]})[0] == NOT_SUPPORTED  # 0.15/1 beats it
-    assert verdict({"0.15/1": [0.70, 0.74], "0.15/3": [0.71, 0.72]})[0] == INCONCLUSIVE  # all within noise
-    assert verdict(base)[0] == INCONCLUSIVE  # the claimed cell is not in the grid
-
-
-def test_tokenizers_downstream_verdict_compares_unigram_with_bpe_only():
-    from ptmlab.studies.tokenizers_downstream import verdict
-
-    wp = {"wordpiece": [0.99, 0.99]}  # reported, not part of the rule
-    assert verdict({"unigram": [0.80, 0.81], "bpe": [0.70, 0.72], **wp})[0] == SUPPORTED
-    assert verdict({"unigram": [0.70, 0.72], "bpe": [0.80, 0.81], **wp})[0] == NOT_SUPPORTED
-    assert verdict({"unigram": [0.75, 0.80], "bpe": [0.76, 0.78], **wp})[0] == INCONCLUSIVE
+# the verdict rules on synthetic numbers (every outcome): tests/test_study_rules_b.py
 
 
 # ------------------------------------------------------------------------------------------------ variants
@@ -147,15 +105,16 @@ def _run_study(name: str, out: Path, *extra: str) -> dict:
 
 
 @pytest.mark.slow
-def test_objectives_small_has_five_objectives_equal_flops_two_seeds(tmp_path):
+def test_objectives_small_has_five_objectives_equal_flops_one_seed(tmp_path):
     r = _run_study("objectives", tmp_path / "s")
     rows = r["rows"]
     assert len(rows) >= 5 and {"electra", "mlm", "clm"} <= {row["objective"] for row in rows}
-    assert all(row["seeds"] >= 2 for row in rows)
+    assert all(row["seeds"] == 1 for row in rows)  # --budget small keeps one seed: inconclusive by construction
     flops = [p["flops"] for p in r["per_seed"]]
     assert max(flops) <= r["max_flops"] and r["flop_spread"] == pytest.approx(flop_spread(flops))
     assert r["flop_spread"] <= 0.05
-    assert r["outcome"] in OUTCOMES and r["verdict"].startswith(r["outcome"])
+    assert r["outcome"] == INCONCLUSIVE and r["verdict"].startswith(r["outcome"])
+    assert r["claim"]["study"] == "objectives" and r["run"]["seeds"] == [0] and r["run"]["budget"] == "small"
     electra = [p for p in r["per_seed"] if p["objective"] == "electra"]
     mlm = [p for p in r["per_seed"] if p["objective"] == "mlm"]
     assert electra[0]["steps"] < mlm[0]["steps"]  # the generator makes an ELECTRA step dearer
@@ -174,7 +133,7 @@ def test_span_corruption_small_grid(tmp_path):
 @pytest.mark.slow
 def test_domain_adaptation_small(tmp_path):
     r = _run_study("domain-adaptation", tmp_path / "s")
-    assert r["outcome"] in OUTCOMES and len(r["per_seed"]) >= 2
+    assert r["outcome"] == INCONCLUSIVE and len(r["per_seed"]) >= 1
     for p in r["per_seed"]:
         assert 0 <= p["base"] <= 1 and 0 <= p["adapted"] <= 1
         assert p["mlm_tokens"] > 0

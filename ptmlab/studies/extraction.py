@@ -2,10 +2,28 @@
 queries copy, against the query budget, and how far does each defence push that down, at what cost to legitimate
 users?
 
+Claim (Krishna et al., "Thieves on Sesame Street! Model Extraction of BERT-based APIs", ICLR 2020): an attacker
+with no real data copies a served fine-tuned BERT classifier with RANDOM word-sequence queries, the copy agreeing
+with the victim on over 90% of the dev set (SST-2, BERT-large victim 93.1%: RANDOM queries as many as the training
+set give a copy of about 90% accuracy, Table 2).
+
+Verdict rule (written before the runs): the copy trained on the largest --budgets of RANDOM queries, without
+defences, is compared with the victim on every dev example (1 when their labels agree, else 0); the mean agreement
+gets a 95% bootstrap interval over the dev examples. Supported when the interval lies above 0.90; not supported when
+it lies below 0.90; inconclusive when it includes 0.90, or when the victim gives one label to 90% or more of the dev
+examples (a constant copy would agree as much). The claim is made for a budget as large as the training set: a
+smaller --budgets can only answer for that budget, and the results say which. The defences and adaptive attacks are
+measured beside it (agreement and cost to legitimate users), not part of the rule.
+
+Budgets: ``--budget small`` trains tiny copies of a tiny random victim on 40 and 80 queries (it checks the
+machinery; such a victim often answers one label, and the rule then says inconclusive); ``--budget full`` uses the
+whole dev set and budgets up to 20,000 queries (``--victim-model mpnet --model mpnet`` gives the paper's 12-layer
+size; not tried here, hours on a CPU).
+
 The victim is served in-process on 127.0.0.1; every attack goes through the real API (keys, policies, audit).
 Defences: label-only output, rounding, a daily budget (the attack stops at it), the query detector over the audit
-log, and watermarking (verified on the copy). Adaptive attackers (``ptmlab/studies/extraction_adaptive.py``): a
-vote over query variants against the watermark (``vote``), function-word padding against the detector acting with
+log, and watermarking (verified on the copy). Adaptive attackers (``ptmlab/studies/extraction_adaptive.py``): a vote
+over query variants against the watermark (``vote``), function-word padding against the detector acting with
 ``block`` (``padded``), and the defences' false alarms on real SST-2 / tweets / review / German text
 (``false-alarms``).
 """
@@ -20,6 +38,24 @@ from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import StudyArgs, command_config, finetune_variant, parse_study_args, write_study
+from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, bootstrap_mean, decide_above
+
+CLAIM = Claim(
+    study="extraction",
+    claim="RANDOM word-sequence queries copy a served fine-tuned classifier: the copy agrees with the victim on over "
+          "90% of the dev set.",
+    source="Q17; Krishna et al., Thieves on Sesame Street, ICLR 2020",
+    paper="SST-2, BERT-large victim 93.1%: RANDOM queries (as many as the training set) give a copy of about 90% "
+          "accuracy (Table 2)",
+    rule="the copy trained on the largest --budgets of RANDOM queries, without defences, is compared with the victim "
+         "on every dev example (1 when their labels agree, else 0); the mean agreement gets a 95% bootstrap interval "
+         "over the dev examples. Supported when the interval lies above 0.90; not supported when it lies below 0.90; "
+         "inconclusive when it includes 0.90, or when the victim gives one label to 90% or more of the dev examples "
+         "(a constant copy would agree as much). The claim is made for a budget as large as the training set: a "
+         "smaller --budgets can only answer for that budget, and the results say which. The defences and adaptive "
+         "attacks are measured beside it (agreement and cost to legitimate users), not part of the rule.",
+)
+THRESHOLD = 0.90
 
 
 @dataclass(frozen=True)
@@ -40,7 +76,7 @@ class ExtractionStudyArgs(StudyArgs):
                               "with --detector-action block) and the detector's false alarms on real text")
     false_alarm_texts: int = opt(300, "real texts per source for the false-alarm measurement")
     corpus: str | None = opt(None, "text for WIKI queries (default WikiText-2 in shared data)")
-    max_eval: int = opt(500, "dev examples for agreement")
+    max_eval: int = opt(500, "dev examples for agreement (0: all)")
     max_length: int = opt(64, "max tokens")
     epochs: float = opt(3.0, "epochs of copy training")
     batch_size: int = opt(32, "batch size")
@@ -52,6 +88,7 @@ class ExtractionStudyArgs(StudyArgs):
 SMALL = dict(model="tiny", victim_model="tiny", max_train=64, max_eval=32, max_length=32, epochs=1.0, batch_size=16,
              budgets=["40", "80"], strategies=["random"], defences=["label", "vote", "padded", "false-alarms"],
              false_alarm_texts=30)
+FULL = dict(max_eval=0, budgets=["1000", "5000", "20000"])
 
 
 def _extract_cfg(a: ExtractionStudyArgs, out: Path, strategy: str, budget: int, **kw):
@@ -81,7 +118,7 @@ def run(argv: list[str]) -> int:
     from ptmlab.serve.defences import read_queries
     from ptmlab.studies import extraction_adaptive as adaptive
 
-    a = parse_study_args("extraction", ExtractionStudyArgs, argv, __doc__, small=SMALL)
+    a = parse_study_args("extraction", ExtractionStudyArgs, argv, __doc__, small=SMALL, full=FULL)
     out = Path(a.output)
     if not a.victim:
         finetune_variant(a, out / "victim", model=a.victim_model)
@@ -139,9 +176,10 @@ def run(argv: list[str]) -> int:
         else:
             raise PtmlabError(f"unknown defence '{d}': choose from label, rounded:1, rounded:2, budget, watermark, "
                               f"detector, vote, padded, false-alarms")
-    verdict = _verdict(rows, top)
+    verdict = decide(dev_agreement(out / f"random-{top}") if "random" in a.strategies else None, top, rows)
     write_study(out, f"Study: model extraction ({a.model} copy of {a.victim} on {a.task})", rows, verdict,
-                [(_curve_plot(rows), "agreement_curve", "agreement with the victim against the query budget")])
+                [(_curve_plot(rows), "agreement_curve", "agreement with the victim against the query budget")],
+                extra={"largest_budget": top}, claim=CLAIM, budget=a.budget, seeds=[a.seed])
     return 0
 
 
@@ -158,19 +196,39 @@ def _info_row(strategy: str, budget: int, defence: str, cost: str) -> dict:
             "cost_to_users": cost}
 
 
-def _verdict(rows: list[dict], top: int) -> str:
-    base = [r for r in rows if r["defence"] == "none" and r["strategy"] == "random" and r["budget"] == top]
-    if not base:
-        return "no undefended RANDOM attack at the largest budget was run"
-    agree = base[0]["agreement"]
-    claim = "holds" if agree >= 0.9 else "does not hold at this budget"
-    parts = [f"RANDOM queries ({top}) copy the victim to {agree:.1%} agreement: the >90% claim {claim}"]
-    for r in rows:
+def dev_agreement(run_dir: Path) -> tuple[list[float], float] | None:
+    """Per dev example 1.0 / 0.0: the copy's label equals the victim's (from the run's predictions_dev.json); and
+    the share of the victim's most frequent label (what a constant copy would agree on)."""
+    import json
+    from collections import Counter
+
+    path = run_dir / "predictions_dev.json"
+    if not path.is_file():
+        return None
+    p = json.loads(path.read_text())
+    majority = Counter(p["victim"]).most_common(1)[0][1] / max(1, len(p["victim"]))
+    return [float(c == v) for c, v in zip(p["copy"], p["victim"], strict=True)], majority
+
+
+def decide(measured: tuple[list[float], float] | None, top: int, rows: list[dict] | None = None) -> Verdict:
+    """The rule of ``CLAIM`` on (per-example agreement, the victim's majority-label share) at the largest budget;
+    the defences (``rows``) are described after it, not part of it."""
+    if not measured or not measured[0]:
+        return Verdict(INCONCLUSIVE, "no undefended RANDOM attack at the largest budget was run")
+    agree, majority = measured
+    est = bootstrap_mean(agree, f"dev agreement of the RANDOM copy with the victim ({top} queries)")
+    v = decide_above(est, THRESHOLD)
+    if majority >= THRESHOLD:
+        v = Verdict(INCONCLUSIVE, f"{v.reason}, but the victim gives one label to {majority:.0%} of the dev examples: "
+                                  f"a constant copy would agree as much", est)
+    base = est.value
+    parts = [v.reason]
+    for r in rows or []:
         if r["defence"] != "none" and r["agreement"] is not None:
-            parts.append(f"{r['defence']}: {r['agreement']:.1%} ({r['agreement'] - agree:+.1%})")
+            parts.append(f"{r['defence']}: {r['agreement']:.1%} ({r['agreement'] - base:+.1%})")
         elif r["defence"] != "none":
             parts.append(f"{r['strategy']} vs {r['defence']}: {r['cost_to_users']}")
-    return "; ".join(parts) + "."
+    return Verdict(v.outcome, "; ".join(parts), est)
 
 
 def _curve_plot(rows: list[dict]):

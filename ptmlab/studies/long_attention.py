@@ -1,13 +1,21 @@
 """Study ``long-attention`` (Q10, Q11): does self-attention's cost grow quadratically with length, and is
 sliding-window + global attention (Longformer) the linear-cost answer for documents longer than 512 tokens?
 
-Verdict rules (fixed before any number is seen; ``q10_verdict`` and ``q11_verdict`` implement them):
+Verdict rule (fixed before any number is seen; ``q10_verdict``, ``q11_verdict`` and ``decide`` implement it): the
+claim is supported when both parts are, not supported when either part is not, inconclusive otherwise.
+In short (the words of ``CLAIM.rule``): Q10: the full-attention (sdpa) latency exponent over the top quarter of the
+lengths; supported when >= 1.5, not supported when <= 1.2 with the longest length at least 2 x 6 x hidden tokens,
+else inconclusive. Q11: the window-attention exponent and a 95% paired t interval over seeds of dev accuracy, window
+minus truncation; supported when the exponent is <= 1.3 and the interval lies above 0, not supported when the
+exponent is > 1.5 or the interval lies below 0, else inconclusive (one seed included). The claim is supported when
+both parts are, not supported when either is not, inconclusive otherwise.
 
 Q10, full attention is quadratic. Batch-1 forward latency of a MiniLM-shaped encoder (6 layers, hidden 384, random
 weights) with full attention (PyTorch's fused ``sdpa``; ``eager``, which stores the n x n scores, is reported beside
-it where they fit in --eager-max-gb) is measured at every --lengths. The exponent is the log-log slope over the top
-quarter of the range (max/4 .. max). Attention's multiply-adds per token (2 n hidden) pass those of the projections
-and feed-forward (12 hidden^2) at n* = 6 x hidden = 2,304 tokens, so the n^2 term can only dominate beyond n*.
+it where they fit in --eager-max-gb) is measured at every --lengths (best of --reps passes, which removes most timing
+noise; the band between the thresholds absorbs the rest). The exponent is the log-log slope over the top quarter of
+the range (max/4 .. max). Attention's multiply-adds per token (2 n hidden) pass those of the projections and
+feed-forward (12 hidden^2) at n* = 6 x hidden = 2,304 tokens, so the n^2 term can only dominate beyond n*.
 - supported: the sdpa exponent is >= 1.5;
 - not supported: the longest length is >= 2 n* and the exponent is <= 1.2 (cost stays linear where attention's
   share of the work dominates);
@@ -17,15 +25,16 @@ Q11, window attention is the linear-cost answer. Cost: the window implementation
 Accuracy: on --task (``longdocs``: which of 13 books a 2,000-4,000-token passage comes from) the same model is
 fine-tuned with the same data, epochs and --seeds three ways: truncation to --short-length tokens, chunk-and-pool
 (--short-length chunks, --long-stride apart, logits pooled by --long-pool) over --max-length tokens, and window
-attention over --max-length tokens (the model converted by ``ptmlab longify``). Dev accuracy is averaged over seeds;
-the margin is the larger of 1 / (dev examples) and the widest seed spread (max - min) of the two variants compared.
-- supported: the window exponent is <= 1.3 and window accuracy >= truncation accuracy + margin;
-- not supported: the window exponent is > 1.5, or window accuracy <= truncation accuracy - margin;
-- inconclusive: anything else (a difference inside the seeds' noise, or an exponent between 1.3 and 1.5).
-Chunk-and-pool is reported beside it: window is "as good as" chunking when their difference is inside the margin.
+attention over --max-length tokens (the model converted by ``ptmlab longify``). The per-seed difference of dev
+accuracy, window minus truncation (the same seed for both), gets a 95% paired t interval over seeds.
+- supported: the window exponent is <= 1.3 and the interval lies above 0;
+- not supported: the window exponent is > 1.5, or the interval lies below 0;
+- inconclusive: anything else (an interval that includes 0, one seed, or an exponent between 1.3 and 1.5).
+Chunk-and-pool is reported beside it: window is "as good as" chunking when their paired interval includes 0.
 
 ``--budget small`` runs the tiny random model on a synthetic long task (``ptmlab.longseq.synthetic``: class keywords
-scattered over 240 filler words) at 64-256 tokens in about a minute: it checks the machinery, not the claims.
+scattered over 240 filler words) at 64-256 tokens with one seed in about a minute: it checks the machinery, not
+the claims (one seed is inconclusive by construction). ``--budget full`` runs 3 seeds and 3 passes per cost cell.
 """
 
 from __future__ import annotations
@@ -38,6 +47,23 @@ from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import StudyArgs, command_config, parse_study_args, write_study
+from ptmlab.studies.verdict import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Claim, Verdict, combine, paired_seeds
+
+CLAIM = Claim(
+    study="long-attention",
+    claim="Self-attention's cost grows quadratically with the sequence length (Q10), and sliding-window + global "
+          "attention (Longformer) is the linear-cost answer for documents longer than 512 tokens: linear cost, and "
+          "more accurate than truncating to 512 (Q11).",
+    source="Q10, Q11; Vaswani et al., NeurIPS 2017 (Table 1: O(n^2 d) per layer); Beltagy et al., Longformer, 2020",
+    paper="Longformer-base vs RoBERTa-base truncated to 512: Hyperpartisan 94.8 vs 87.4 F1, IMDB 95.7 vs 95.3 "
+          "accuracy (Table 7)",
+    rule="Q10: the full-attention (sdpa) latency exponent over the top quarter of the lengths; supported when >= "
+         "1.5, not supported when <= 1.2 with the longest length at least 2 x 6 x hidden tokens, else inconclusive. "
+         "Q11: the window-attention exponent and a 95% paired t interval over seeds of dev accuracy, window minus "
+         "truncation; supported when the exponent is <= 1.3 and the interval lies above 0, not supported when the "
+         "exponent is > 1.5 or the interval lies below 0, else inconclusive (one seed included). The claim is "
+         "supported when both parts are, not supported when either is not, inconclusive otherwise.",
+)
 
 VARIANTS = ("truncate", "chunk", "window")
 IMPLS = {"eager": "eager", "sdpa": "sdpa", "window": "ptmlab_window"}
@@ -45,7 +71,8 @@ COST_HIDDEN = 384  # the MiniLM-shaped cost model (ptmlab.longseq.cost.MINILM_SH
 
 SMALL = dict(model="tiny", task="synthetic-long", max_train=32, max_eval=32, max_length=512, short_length=64,
              window=64, long_stride=32, epochs=1.0, batch_size=16, eval_batch_size=64, lengths=["64", "128", "256"],
-             reps=1, synthetic_words=240)
+             reps=1, synthetic_words=240, seeds=["0"])
+FULL = dict(seeds=["0", "1", "2"], reps=3)
 
 
 @dataclass(frozen=True)
@@ -60,7 +87,7 @@ class LongAttentionArgs(StudyArgs):
     long_stride: int = opt(256, "chunk-and-pool: tokens between chunk starts")
     long_pool: str = opt("mean", "chunk-and-pool: pool logits by mean or max", choices=["mean", "max"])
     variants: list[str] = opt(list(VARIANTS), "strategies to compare (truncate, chunk, window)")
-    seeds: list[str] = opt(["0", "1"], "fine-tuning seeds (at least 2 for the noise margin)")
+    seeds: list[str] = opt(["0", "1"], "fine-tuning seeds (at least 2 for an interval; --budget full: 0,1,2)")
     epochs: float = opt(2.0, "epochs of every variant")
     batch_size: int = opt(16, "documents per optimizer step")
     eval_batch_size: int = opt(32, "evaluation batch (long evaluations read about this x 128 tokens per pass)")
@@ -84,7 +111,7 @@ class LongAttentionArgs(StudyArgs):
         if bad or not self.variants:
             raise PtmlabError(f"--variants {bad or '[]'} unknown: choose from {', '.join(VARIANTS)}")
         if not self.seed_list:
-            raise PtmlabError("--seeds is empty: give at least one seed (2 or more for a noise margin)")
+            raise PtmlabError("--seeds is empty: give at least one seed (2 or more for an interval)")
         if len(set(self.length_list)) < 2 or min(self.length_list) < 8:
             raise PtmlabError(f"--lengths {','.join(self.lengths)}: give at least two lengths of 8 tokens or more")
         if self.short_length > self.max_length:
@@ -100,51 +127,51 @@ def _ints(values: list[str], name: str) -> list[int]:
 
 
 # ----------------------------------------------------------------------------------------------- verdict rules
-def q10_verdict(exponent: float | None, longest: int, hidden: int = COST_HIDDEN) -> tuple[str, str]:
-    """(label, sentence) for Q10 from the full-attention latency exponent over the top of the range."""
+def q10_verdict(exponent: float | None, longest: int, hidden: int = COST_HIDDEN) -> Verdict:
+    """Q10 from the full-attention latency exponent over the top of the range."""
     crossover = 6 * hidden
     if exponent is None:
-        return "inconclusive", "Q10 inconclusive: fewer than two full-attention lengths were measured."
-    said = f"full attention's latency grows as n^{exponent:.2f} up to {longest:,} tokens"
+        return Verdict(INCONCLUSIVE, "Q10: fewer than two full-attention lengths were measured")
+    said = f"Q10: full attention's latency grows as n^{exponent:.2f} up to {longest:,} tokens"
     if exponent >= 1.5:
-        return "supported", f"Q10 supported: {said} (>= 1.5: the quadratic term dominates)."
+        return Verdict(SUPPORTED, f"{said} (>= 1.5: the quadratic term dominates)")
     if longest >= 2 * crossover and exponent <= 1.2:
-        return "not supported", (f"Q10 not supported: {said}, near-linear although attention does most of the "
-                                 f"work beyond {crossover:,} tokens.")
-    return "inconclusive", (f"Q10 inconclusive: {said}; attention's n^2 work passes the linear layers' only beyond "
-                            f"~{crossover:,} tokens (measure up to {2 * crossover:,}+ to decide).")
+        return Verdict(NOT_SUPPORTED, f"{said}, near-linear although attention does most of the work beyond "
+                                      f"{crossover:,} tokens")
+    return Verdict(INCONCLUSIVE, f"{said}; attention's n^2 work passes the linear layers' only beyond ~{crossover:,} "
+                                 f"tokens (measure up to {2 * crossover:,}+ to decide)")
 
 
-def noise_margin(acc: dict[str, list[float]], names: tuple[str, ...], n_dev: int) -> float:
-    """The larger of one dev example (1 / n_dev) and the widest seed spread of the named variants."""
-    spreads = [max(acc[v]) - min(acc[v]) for v in names if acc.get(v)]
-    return max([1.0 / max(1, n_dev), *spreads])
-
-
-def q11_verdict(window_exponent: float | None, acc: dict[str, list[float]], n_dev: int) -> tuple[str, str]:
-    """(label, sentence) for Q11 from window attention's exponent and per-seed dev accuracies per variant."""
+def q11_verdict(window_exponent: float | None, acc: dict[str, list[float]]) -> Verdict:
+    """Q11 from window attention's exponent and per-seed dev accuracies per variant (one seed order)."""
     if not acc.get("window") or not acc.get("truncate"):
-        return "inconclusive", "Q11 inconclusive: needs both the window and the truncate variants."
-    w, t = statistics.mean(acc["window"]), statistics.mean(acc["truncate"])
-    m = noise_margin(acc, ("window", "truncate"), n_dev)
+        return Verdict(INCONCLUSIVE, "Q11: needs both the window and the truncate variants")
+    est = paired_seeds(acc["window"], acc["truncate"], "dev accuracy: window minus truncate")
     exp = "unmeasured" if window_exponent is None else f"n^{window_exponent:.2f}"
-    said = (f"window attention costs {exp} and reaches {w:.4f} accuracy vs {t:.4f} truncated ({w - t:+.4f}, "
-            f"margin {m:.4f})")
+    said = (f"Q11: window attention costs {exp} and reaches {statistics.mean(acc['window']):.4f} accuracy vs "
+            f"{statistics.mean(acc['truncate']):.4f} truncated, difference {est.text()}")
     if window_exponent is not None and window_exponent > 1.5:
-        label = "not supported"
-    elif w <= t - m:
-        label = "not supported"
-    elif window_exponent is not None and window_exponent <= 1.3 and w >= t + m:
-        label = "supported"
+        outcome = NOT_SUPPORTED
+    elif est.high < 0:
+        outcome = NOT_SUPPORTED
+    elif window_exponent is not None and window_exponent <= 1.3 and est.low > 0:
+        outcome = SUPPORTED
     else:
-        label = "inconclusive"
-    text = f"Q11 {label}: {said}"
+        outcome = INCONCLUSIVE
     if acc.get("chunk"):
-        c = statistics.mean(acc["chunk"])
-        mc = noise_margin(acc, ("window", "chunk"), n_dev)
-        rel = "as good as" if abs(w - c) < mc else ("better than" if w > c else "worse than")
-        text += f"; window is {rel} chunk-and-pool ({c:.4f}, margin {mc:.4f})"
-    return label, text + "."
+        c = paired_seeds(acc["window"], acc["chunk"], "window minus chunk")
+        rel = "as good as" if c.low <= 0 <= c.high else ("better than" if c.low > 0 else "worse than")
+        said += f"; window is {rel} chunk-and-pool ({statistics.mean(acc['chunk']):.4f}; window minus chunk " \
+                f"{c.text()})"
+    return Verdict(outcome, said, est)
+
+
+def decide(sdpa_exponent: float | None, longest: int, window_exponent: float | None,
+           acc: dict[str, list[float]], hidden: int = COST_HIDDEN) -> Verdict:
+    """The rule of ``CLAIM``: both parts, combined; the estimate is Q11's accuracy difference."""
+    q10, q11 = q10_verdict(sdpa_exponent, longest, hidden), q11_verdict(window_exponent, acc)
+    joined = combine([q10, q11])
+    return Verdict(joined.outcome, joined.reason, q11.estimate)
 
 
 # ------------------------------------------------------------------------------------------------- measuring
@@ -235,15 +262,15 @@ def run_variants(a: LongAttentionArgs, out: Path) -> tuple[list[dict], dict[str,
 @STUDIES.register("long-attention", help="Q10/Q11: is full attention quadratic, and window attention the linear "
                                          "answer? cost curves + longdocs accuracy (truncate vs chunk vs window)")
 def run(argv: list[str]) -> int:
-    a = parse_study_args("long-attention", LongAttentionArgs, argv, __doc__, small=SMALL)
+    a = parse_study_args("long-attention", LongAttentionArgs, argv, __doc__, small=SMALL, full=FULL)
     out = Path(a.output)
     var_rows, acc, n_dev = run_variants(a, out)  # fine-tuning first: memory measurement slows the allocator
     cost_rows = measure_costs(a.length_list, a.window, a.reps, a.eager_max_gb)
     longest = max(a.length_list)
     exp = {impl: top_exponent(cost_rows, impl) for impl in IMPLS}
     mem = {impl: top_exponent(cost_rows, impl, "peak_mb") for impl in IMPLS}
-    q10 = q10_verdict(exp["sdpa"], longest)
-    q11 = q11_verdict(exp["window"], acc, n_dev)
+    q10, q11 = q10_verdict(exp["sdpa"], longest), q11_verdict(exp["window"], acc)
+    verdict = decide(exp["sdpa"], longest, exp["window"], acc)
     exp_rows = [{"part": "Q10", "variant": f"{impl} attention", "max_tokens": longest,
                  "latency_exponent": exp[impl], "memory_exponent": mem[impl],
                  "latency_s_longest": next((r["latency_s"] for r in cost_rows
@@ -260,8 +287,9 @@ def run(argv: list[str]) -> int:
                         "dev accuracy per long-input strategy"))
     columns = ["part", "variant", "max_tokens", "accuracy", "accuracy_seeds", "macro_f1", "train_s",
                "train_docs_per_s", "latency_exponent", "memory_exponent", "latency_s_longest"]
-    verdict = f"{q10[1]} {q11[1]}"
     write_study(out, f"Study: long attention ({a.model} on {a.task}, budget {a.budget})", exp_rows + var_rows,
-                verdict, figures, extra={"q10": q10[0], "q11": q11[0], "cost_rows": cost_rows,
-                                         "seed_accuracy": acc, "dev_examples": n_dev}, columns=columns)
+                verdict, figures, extra={"q10": q10.outcome, "q11": q11.outcome, "parts": [q10.to_dict(),
+                                                                                         q11.to_dict()],
+                                         "cost_rows": cost_rows, "seed_accuracy": acc, "dev_examples": n_dev},
+                columns=columns, claim=CLAIM, budget=a.budget, seeds=a.seed_list)
     return 0

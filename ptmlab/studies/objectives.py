@@ -14,11 +14,14 @@ encoder-decoders of the same layer count per stack; every kept model is fine-tun
 own sequence-classification heads: BERT/ELECTRA [CLS], GPT-2 last token, T5/BART decoder end) on SST-2 and MRPC
 (the built-in tweets without the GLUE data), once per seed, and scored on the dev split.
 
-Verdict rule (written before the runs): a run's score is the average over tasks of each task's main dev metric; per
-objective, mean ± spread over seeds (spread = the largest distance of a seed from the mean). Supported when
-ELECTRA's mean beats every other objective's by more than the larger of the two spreads; not supported when another
-objective's mean beats ELECTRA's by that margin; inconclusive otherwise, with fewer than two seeds, or when the
-runs' FLOPs differ by more than 5% (then the comparison is not at equal compute).
+Verdict rule (written before the runs): a run's score is the average over tasks of each task's main dev metric; for
+every other objective, the per-seed difference ELECTRA minus that objective (the same seed for both) gets a 95%
+paired t interval over seeds. Supported when every interval lies above 0; not supported when some interval lies
+below 0 (another objective beats ELECTRA); inconclusive otherwise, with one seed (--budget small), or when the runs'
+FLOPs differ by more than 5% (then the comparison is not at equal compute).
+
+Budgets: ``--budget small`` runs 5 objectives on a 1-layer model, one seed, in minutes (inconclusive by
+construction); ``--budget full`` runs 3 seeds on the full dev sets.
 """
 
 from __future__ import annotations
@@ -31,11 +34,11 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import parse_study_args, write_study
 from ptmlab.studies.pretrain_common import (
-    INCONCLUSIVE,
+    FULL_PRETRAIN,
     SMALL_FINETUNE,
     PretrainStudyArgs,
-    best_variant_verdict,
     check_seeds,
+    compare_rivals,
     finetune_all,
     flop_spread,
     pretrain_config,
@@ -43,6 +46,20 @@ from ptmlab.studies.pretrain_common import (
     scores_figure,
     study_tasks,
     summary_rows,
+)
+from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict
+
+CLAIM = Claim(
+    study="objectives",
+    claim="At equal pre-training compute, ELECTRA's replaced-token detection fine-tunes better than the other "
+          "pre-training objectives (masked LM and its variants, causal LM, T5, BART).",
+    source="Q2, Q6; Clark et al., ELECTRA, ICLR 2020",
+    paper="ELECTRA-Small 79.9 vs BERT-Small 75.1 GLUE dev at the same compute (Table 1); base size 85.0 vs 82.2",
+    rule="a run's score is the average over tasks of each task's main dev metric; for every other objective, the "
+         "per-seed difference ELECTRA minus that objective (the same seed for both) gets a 95% paired t interval "
+         "over seeds. Supported when every interval lies above 0; not supported when some interval lies below 0 "
+         "(another objective beats ELECTRA); inconclusive otherwise, with one seed (--budget small), or when the "
+         "runs' FLOPs differ by more than 5% (then the comparison is not at equal compute).",
 )
 
 CLAIMED = "electra"
@@ -53,6 +70,7 @@ ARCH = {"mlm": "bert", "wwm": "bert", "span": "bert", "electra": "electra", "clm
 SMALL = dict(objectives=["mlm", "wwm", "span", "electra", "clm"], size="tiny", layers=1, hidden=32, heads=2,
              ffn=64, block_size=32, pretrain_batch_size=8, pretrain_lr=2e-3, max_flops=4.5e8, eval_blocks=16,
              **SMALL_FINETUNE)
+FULL = FULL_PRETRAIN
 
 
 @dataclass(frozen=True)
@@ -74,19 +92,19 @@ class ObjectivesArgs(PretrainStudyArgs):
             raise PtmlabError(f"--objectives must include {CLAIMED} and at least one other objective")
 
 
-def verdict(scores: dict[str, list[float]], flop_gap: float) -> tuple[str, str]:
-    """(outcome, sentence) by the rule in the module docstring."""
+def decide(scores: dict[str, list[float]], flop_gap: float) -> Verdict:
+    """The rule of ``CLAIM``: ``scores`` are per-objective average dev scores, seed by seed in one seed order."""
     if flop_gap > FLOP_TOLERANCE:
-        return INCONCLUSIVE, (f"the runs' FLOPs differ by {100 * flop_gap:.1f}% (> {100 * FLOP_TOLERANCE:.0f}%): "
-                              f"not an equal-compute comparison; raise --max-flops so every run takes more steps")
-    outcome, why = best_variant_verdict(scores, CLAIMED)
-    return outcome, why
+        return Verdict(INCONCLUSIVE, f"the runs' FLOPs differ by {100 * flop_gap:.1f}% (> {100 * FLOP_TOLERANCE:.0f}%"
+                                     f"): not an equal-compute comparison; raise --max-flops so every run takes more "
+                                     f"steps")
+    return compare_rivals(scores, CLAIMED, 0.0, "dev score")
 
 
 @STUDIES.register("objectives", help="Q2/Q6: pre-training objectives at equal FLOPs (mlm wwm span electra clm t5 "
                                      "bart), fine-tuned; is ELECTRA best?")
 def run(argv: list[str]) -> int:
-    a = parse_study_args("objectives", ObjectivesArgs, argv, __doc__, small=SMALL)
+    a = parse_study_args("objectives", ObjectivesArgs, argv, __doc__, small=SMALL, full=FULL)
     out = Path(a.output)
     tasks = study_tasks(a)
     per_seed = []
@@ -101,14 +119,10 @@ def run(argv: list[str]) -> int:
                              **finetune_all(a, run_dir, tasks, seed)})
     gap = flop_spread([r["flops"] for r in per_seed])
     rows, avg = summary_rows(per_seed, "objective", tasks)
-    outcome, why = verdict(avg, gap)
-    text = (f"{outcome}: {why}. Claim: ELECTRA's replaced-token detection gives the best downstream score at equal "
-            f"compute (paper: ELECTRA-Small 79.9 vs BERT-Small 75.1 GLUE dev). Here: {len(a.objectives)} "
-            f"objectives, {len(a.seeds)} seeds, {a.max_flops:.3g} FLOPs each (runs within {100 * gap:.2f}% of each "
-            f"other), score = mean dev {'/'.join(tasks)} main metric.")
+    v = decide(avg, gap)
     fig = scores_figure(avg, "dev score (average over tasks)", f"objectives at {a.max_flops:.3g} FLOPs")
-    write_study(out, "Study: pre-training objectives at equal compute", rows, text,
+    write_study(out, "Study: pre-training objectives at equal compute", rows, v,
                 [(fig, "objectives", "mean ± spread over seeds (dots: seeds)")],
-                extra={"outcome": outcome, "flop_spread": gap, "tasks": tasks, "per_seed": per_seed,
-                       "max_flops": a.max_flops})
+                extra={"flop_spread": gap, "tasks": tasks, "per_seed": per_seed, "max_flops": a.max_flops},
+                claim=CLAIM, budget=a.budget, seeds=check_seeds(a.seeds))
     return 0

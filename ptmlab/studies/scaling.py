@@ -6,13 +6,22 @@ compute budget, parameters and training steps should grow together, so the loss-
 (Kaplan: N_opt ∝ C^0.73; Hoffmann: C^0.50). Q19 (Kaplan et al. 2020; Li et al. 2020, "Train large, then compress"):
 larger models reach a given loss in fewer steps and can even be faster in wall-clock time.
 
-Rules (fixed before the runs; see ``ptmlab.scaling.analysis``): Q8 compares the optimum set of sizes (ties within
-``--loss-tolerance`` or two standard errors across seeds) at the smallest and largest budget; Q19 compares the tokens
-and training seconds each size needs to reach the worst size's best held-out loss (a ``--margin`` fraction and the
-widest evaluation interval must separate them). Each is "supported", "not supported" or "inconclusive".
+Verdict rule (fixed before the runs; ``ptmlab.scaling.analysis`` and ``decide``): Q8 compares the optimum set of
+sizes (final held-out losses tied within --loss-tolerance or two standard errors across seeds) at the smallest and
+the largest budget: supported when every optimal size at the largest budget is larger than every optimal size at the
+smallest and the optimum never moves down, not supported when it is unambiguously the same size or smaller, else
+inconclusive (ties, or the optimum at the edge of the grid). Q19 compares the tokens each size needs to reach the
+worst size's best held-out loss (seed-averaged curves): supported when the largest size needs at most (1 - --margin)
+times the smallest size's tokens, by more than one evaluation interval, and cost falls with size; not supported when
+it needs at least as many; else inconclusive. With one seed the seed noise of the losses is unmeasured and both
+parts are inconclusive. The claim is supported when both parts are, not supported when either is not, inconclusive
+otherwise; Q19's wall-clock half is reported beside it.
 
 Every run is an ordinary pre-training run (masked LM, BERT architecture) with a small WordPiece vocabulary trained
 on the training text first, so tiny models spend their compute in the transformer rather than in a 30k-word softmax.
+
+Budgets: ``--budget small`` sweeps three tiny sizes over three small budgets with one seed (inconclusive by
+construction); ``--budget full`` runs the default grid with 3 seeds.
 """
 
 from __future__ import annotations
@@ -24,9 +33,30 @@ from ptmlab.core.config import build_config, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import StudyBase, parse_study_args, write_study
+from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Estimate, Verdict, combine
+
+CLAIM = Claim(
+    study="scaling",
+    claim="Under a fixed compute budget parameters and training should grow together, so the loss-optimal model size "
+          "grows with the budget (Q8); larger models reach a given loss in fewer tokens (Q19).",
+    source="Q8, Q19; Kaplan et al. 2020; Hoffmann et al. 2022; Li et al. 2020, Train large, then compress",
+    paper="N_opt grows as C^0.73 (Kaplan) or C^0.50 (Hoffmann); larger models are more sample-efficient (Kaplan, "
+          "Figure 2)",
+    rule="Q8 compares the optimum set of sizes (final held-out losses tied within --loss-tolerance or two standard "
+         "errors across seeds) at the smallest and the largest budget: supported when every optimal size at the "
+         "largest budget is larger than every optimal size at the smallest and the optimum never moves down, not "
+         "supported when it is unambiguously the same size or smaller, else inconclusive (ties, or the optimum at "
+         "the edge of the grid). Q19 compares the tokens each size needs to reach the worst size's best held-out "
+         "loss (seed-averaged curves): supported when the largest size needs at most (1 - --margin) times the "
+         "smallest size's tokens, by more than one evaluation interval, and cost falls with size; not supported when "
+         "it needs at least as many; else inconclusive. With one seed the seed noise of the losses is unmeasured and "
+         "both parts are inconclusive. The claim is supported when both parts are, not supported when either is not, "
+         "inconclusive otherwise; Q19's wall-clock half is reported beside it.",
+)
 
 SMALL = dict(sizes=["1x16", "2x32", "2x64"], budgets=["1e9", "2.5e9", "6e9"], block_size=32, batch_size=16,
-             eval_blocks=32, evals=16, vocab_size=2048)
+             eval_blocks=32, evals=16, vocab_size=2048, seeds=["0"])
+FULL = dict(seeds=["0", "1", "2"])
 
 
 @dataclass(frozen=True)
@@ -34,7 +64,7 @@ class ScalingStudyArgs(StudyBase):
     output: str = opt("runs/study-scaling", "output directory (the sweep is under OUTPUT/sweep)")
     sizes: list[str] = opt(["1x32", "2x64", "4x128"], "model sizes LAYERSxHIDDEN[xHEADS]")
     budgets: list[str] = opt(["3e10", "1e11", "3e11"], "training-FLOP budgets")
-    seeds: list[str] = opt(["0"], "seeds (each size x budget once per seed)")
+    seeds: list[str] = opt(["0", "1"], "seeds (each size x budget once per seed; one seed is inconclusive)")
     files: list[str] = opt([], "training text (default: the shared WikiText-2 validation text)")
     tokenizer: str = opt("", "tokenizer (default: a WordPiece of --vocab-size trained on the training text)")
     vocab_size: int = opt(4096, "vocabulary of the trained WordPiece tokenizer")
@@ -75,6 +105,24 @@ def study_tokenizer(a: ScalingStudyArgs, files: list[str], out: Path) -> str:
     return str(target)
 
 
+def decide(q8: dict, q19_tokens: dict, n_seeds: int, growth: dict | None = None) -> Verdict:
+    """The rule of ``CLAIM`` from ``scaling.analysis``'s Q8 and Q19 (tokens) results; the estimate is the fitted
+    growth exponent of the optimal size (N_opt ~ C^a, ± two standard errors) when there is one."""
+    est = None
+    if growth and growth.get("a") is not None and growth.get("a_stderr") is not None:
+        a, se = float(growth["a"]), float(growth["a_stderr"])
+        est = Estimate("growth exponent a of the optimal size (N_opt ~ C^a)", a, a - 2 * se, a + 2 * se,
+                       int(growth.get("n", 0)), "power-law fit ± 2 standard errors")
+    if n_seeds < 2:
+        return Verdict(INCONCLUSIVE, f"one seed: the seed noise of the losses is unmeasured (Q8 would say "
+                                     f"{q8['verdict']}: {q8['reason']}; Q19 tokens {q19_tokens['verdict']}: "
+                                     f"{q19_tokens['reason']})", est)
+    parts = [Verdict(q8["verdict"], f"Q8: {q8['reason']}"), Verdict(q19_tokens["verdict"],
+                                                                       f"Q19 (tokens): {q19_tokens['reason']}")]
+    joined = combine(parts)
+    return Verdict(joined.outcome, joined.reason, est)
+
+
 @STUDIES.register("scaling", help="Q8/Q19: sizes x FLOP budgets; compute frontier, power laws, optimal size")
 def run(argv: list[str]) -> int:
     from ptmlab.scaling.config import ScaleConfig
@@ -82,7 +130,7 @@ def run(argv: list[str]) -> int:
     from ptmlab.scaling.report import COLUMNS
     from ptmlab.scaling.sweep import run_sweep
 
-    a = parse_study_args("scaling", ScalingStudyArgs, argv, __doc__, small=SMALL)
+    a = parse_study_args("scaling", ScalingStudyArgs, argv, __doc__, small=SMALL, full=FULL)
     out = Path(a.output)
     files = a.files or default_text()
     values = {k: getattr(a, k) for k in ("sizes", "budgets", "seeds", "objective", "block_size", "batch_size", "lr",
@@ -100,5 +148,9 @@ def run(argv: list[str]) -> int:
                    (tokens_plot(r), "loss_vs_tokens", "held-out loss vs tokens per size (Q19)"),
                    (isoflop_plot(r), "isoflop", "final loss vs size per budget (Q8)")]
     extra = {k: r[k] for k in ("q8", "q19", "fit_compute", "fit_params", "frontier", "cells", "pending")}
-    write_study(out, "Study: scaling (Q8, Q19)", r["rows"], r["verdict"], figures, extra=extra, columns=columns)
+    seeds = [int(x) for x in a.seeds]
+    v = decide(r["q8"], r["q19"]["tokens"], len(seeds), r["q8"].get("growth"))
+    extra["sweep_verdict"] = r["verdict"]  # the sweep's own text, both Q19 halves included
+    write_study(out, "Study: scaling (Q8, Q19)", r["rows"], v, figures, extra=extra, columns=columns, claim=CLAIM,
+                budget=a.budget, seeds=seeds)
     return 0

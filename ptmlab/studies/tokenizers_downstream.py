@@ -15,10 +15,14 @@ reports tokens, steps and FLOPs next to the scores. Blocks and fine-tuning input
 place the tokenizers' lengths differ; a task's sentences fit ``--max-length`` under every tokenizer). Each model is
 fine-tuned identically on one task (SST-2; the built-in tweets without GLUE) and scored on dev.
 
-Verdict rule (written before the runs): per tokenizer, mean ± spread over seeds of the dev main metric (spread = the
-largest distance of a seed from the mean). Supported when Unigram's mean beats BPE's by more than the larger of the
-two spreads; not supported when BPE's mean beats Unigram's by that margin; inconclusive otherwise or with fewer than
-two seeds. WordPiece is reported beside them.
+Verdict rule (written before the runs): per tokenizer and seed, the dev main metric; the per-seed difference Unigram
+minus BPE (the same seed for both) gets a 95% paired t interval over seeds. Supported when the interval lies above
+-0.01 (Unigram matches BPE within a point, or beats it: the paper's "match or outperform"); not supported when it
+lies below -0.01 (BPE is better by more than a point); inconclusive otherwise or with one seed (--budget small).
+WordPiece is reported beside them.
+
+Budgets: ``--budget small`` runs 1-layer models at vocabulary 1,000, one seed (inconclusive by construction);
+``--budget full`` runs 3 seeds on the full dev set.
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import parse_study_args, write_study
 from ptmlab.studies.pretrain_common import (
+    FULL_PRETRAIN,
     SMALL_FINETUNE,
     PretrainStudyArgs,
-    best_variant_verdict,
     check_seeds,
+    compare_rivals,
     corpus_files,
     finetune_all,
     pretrain_config,
@@ -43,10 +48,27 @@ from ptmlab.studies.pretrain_common import (
     study_tasks,
     summary_rows,
 )
+from ptmlab.studies.verdict import Claim, Verdict
+
+CLAIM = Claim(
+    study="tokenizers-downstream",
+    claim="Masked LMs pre-trained with Unigram LM tokenization match or outperform identical models pre-trained "
+          "with BPE downstream.",
+    source="Q5; Bostrom & Durrett, Findings of EMNLP 2020",
+    paper="gaps of about a point or less in Unigram's favour on the English and Japanese tasks tried",
+    rule="per tokenizer and seed, the dev main metric; the per-seed difference Unigram minus BPE (the same seed for "
+         "both) gets a 95% paired t interval over seeds. Supported when the interval lies above -0.01 (Unigram "
+         "matches BPE within a point, or beats it: the paper's \"match or outperform\"); not supported when it lies "
+         "below -0.01 (BPE is better by more than a point); inconclusive otherwise or with one seed (--budget "
+         "small). WordPiece is reported beside them.",
+)
+MARGIN = 0.01  # "match": within one point
 
 CLAIMED, RIVAL = "unigram", "bpe"
+METRIC = "main metric"
 SMALL = dict(vocab_size=1000, size="tiny", layers=1, hidden=32, heads=2, ffn=64, block_size=32,
              pretrain_batch_size=8, pretrain_lr=2e-3, pretrain_epochs=0.02, eval_blocks=16, **SMALL_FINETUNE)
+FULL = FULL_PRETRAIN
 
 
 @dataclass(frozen=True)
@@ -86,15 +108,15 @@ def train_tokenizers(a: TokenizersDownstreamArgs, out: Path) -> dict[str, Path]:
     return paths
 
 
-def verdict(scores: dict[str, list[float]]) -> tuple[str, str]:
-    """(outcome, sentence): Unigram against BPE by the rule in the module docstring."""
-    return best_variant_verdict({k: scores[k] for k in (CLAIMED, RIVAL)}, CLAIMED)
+def decide(scores: dict[str, list[float]]) -> Verdict:
+    """The rule of ``CLAIM``: Unigram against BPE only (``scores``: per tokenizer, seed by seed in one order)."""
+    return compare_rivals({k: scores[k] for k in (CLAIMED, RIVAL)}, CLAIMED, -MARGIN, f"dev {METRIC}")
 
 
 @STUDIES.register("tokenizers-downstream", help="Q5: BPE vs WordPiece vs Unigram, each pre-trained on the same "
                                                 "text and fine-tuned; does Unigram beat BPE downstream?")
 def run(argv: list[str]) -> int:
-    a = parse_study_args("tokenizers-downstream", TokenizersDownstreamArgs, argv, __doc__, small=SMALL)
+    a = parse_study_args("tokenizers-downstream", TokenizersDownstreamArgs, argv, __doc__, small=SMALL, full=FULL)
     out = Path(a.output)
     tasks = study_tasks(a)[:1]
     tokenizers = train_tokenizers(a, out)
@@ -111,12 +133,11 @@ def run(argv: list[str]) -> int:
                              "train_corpus_tokens": s["corpus"]["train_tokens"],
                              **finetune_all(a, run_dir, tasks, seed)})
     rows, avg = summary_rows(per_seed, "tokenizer", tasks)
-    outcome, why = verdict(avg)
-    text = (f"{outcome}: {why}. Claim: Unigram LM tokenization matches or beats BPE downstream (Bostrom & Durrett "
-            f"2020). Here: vocabulary {a.vocab_size}, {a.pretrain_epochs:g} passes over the same text per model, "
-            f"{len(a.seeds)} seeds, score = dev {tasks[0]} main metric.")
+    v = decide(avg)
     fig = scores_figure(avg, f"dev {tasks[0]}", f"tokenizers at vocabulary {a.vocab_size}")
-    write_study(out, "Study: tokenizers downstream (BPE / WordPiece / Unigram)", rows, text,
+    write_study(out, "Study: tokenizers downstream (BPE / WordPiece / Unigram)", rows, v,
                 [(fig, "tokenizers", "mean ± spread over seeds (dots: seeds)")],
-                extra={"outcome": outcome, "tasks": tasks, "per_seed": per_seed})
+                extra={"tasks": tasks, "per_seed": per_seed, "vocab_size": a.vocab_size,
+                       "pretrain_epochs": a.pretrain_epochs},
+                claim=CLAIM, budget=a.budget, seeds=check_seeds(a.seeds))
     return 0

@@ -1,0 +1,230 @@
+"""The verdict rules of the extraction, tokenizer, long-input, pre-training, distillation, scaling and data-quality
+studies on synthetic numbers: each study's ``decide`` reaches every outcome (supported, not supported,
+inconclusive), one seed never decides, and each module states its claim and rule before any code."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+from ptmlab.studies.verdict import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Claim
+
+S, N, I = SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE
+MODULES = ["extraction", "tokenizers", "long_attention", "objectives", "span_corruption", "domain_adaptation",
+           "tokenizers_downstream", "multilingual", "meta_kd", "scaling", "data_quality"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_each_study_states_its_claim_and_rule_before_code(name):
+    from ptmlab.studies import STUDIES
+
+    mod = importlib.import_module(f"ptmlab.studies.{name}")
+    claim = mod.CLAIM
+    assert isinstance(claim, Claim) and claim.study in STUDIES.names()  # the name it is registered under
+    assert claim.claim and claim.source and claim.paper and len(claim.rule) > 80
+    doc = " ".join(mod.__doc__.split())
+    assert " ".join(claim.rule.split()) in doc  # the docstring carries the rule in the same words
+    assert all(word in claim.rule.lower() for word in ("supported", "not supported", "inconclusive"))
+    assert callable(mod.decide)
+
+
+# ------------------------------------------------------------------------------------------------ pre-training
+@pytest.mark.parametrize("scores,outcome", [
+    ({"x": [0.80, 0.82, 0.81], "y": [0.70, 0.71, 0.72], "z": [0.60, 0.70, 0.66]}, S),  # every paired gain > 0
+    ({"x": [0.80, 0.82, 0.81], "y": [0.78, 0.86, 0.80]}, I),  # gains +.02 -.04 +.01: interval includes 0
+    ({"x": [0.70, 0.72, 0.71], "y": [0.80, 0.81, 0.82], "z": [0.60, 0.62, 0.61]}, N),  # y beats x every seed
+    ({"x": [0.90], "y": [0.10]}, I),  # one seed: no interval
+])
+def test_compare_rivals_every_outcome(scores, outcome):
+    from ptmlab.studies.pretrain_common import compare_rivals
+
+    v = compare_rivals(scores, "x")
+    assert v.outcome == outcome, v.reason
+    assert v.estimate is not None and v.estimate.n == len(scores["x"])
+
+
+def test_compare_rivals_pairs_by_seed_not_by_spread():
+    from ptmlab.studies.pretrain_common import compare_rivals
+
+    # seeds move both variants together: the spreads overlap, but x wins on every seed by 0.01
+    v = compare_rivals({"x": [0.61, 0.71, 0.81], "y": [0.60, 0.70, 0.80]}, "x")
+    assert v.outcome == S and v.estimate.value == pytest.approx(0.01)
+
+
+def test_objectives_decide():
+    from ptmlab.studies.objectives import decide
+
+    clear = {"electra": [0.80, 0.81, 0.82], "mlm": [0.70, 0.71, 0.71], "clm": [0.65, 0.66, 0.66]}
+    assert decide(clear, 0.01).outcome == S
+    assert decide({**clear, "mlm": [0.90, 0.91, 0.93]}, 0.01).outcome == N
+    assert decide({**clear, "mlm": [0.79, 0.83, 0.80]}, 0.01).outcome == I
+    assert decide({k: v[:1] for k, v in clear.items()}, 0.01).outcome == I  # --budget small: one seed
+    v = decide(clear, 0.08)  # the same numbers at unequal FLOPs say nothing
+    assert v.outcome == I and "8.0%" in v.reason
+
+
+def test_span_corruption_decide_is_non_inferiority_within_a_point():
+    from ptmlab.studies.span_corruption import decide
+
+    rivals = {"0.15/1": [0.700, 0.720, 0.710], "0.5/3": [0.600, 0.610, 0.620]}
+    assert decide({**rivals, "0.15/3": [0.702, 0.719, 0.712]}).outcome == S  # ties 0.15/1, beats 0.5/3
+    assert decide({**rivals, "0.15/3": [0.620, 0.630, 0.640]}).outcome == N  # 0.15/1 is 8 points better
+    assert decide({**rivals, "0.15/3": [0.690, 0.730, 0.680]}).outcome == I  # within a point? not resolved
+    assert decide(rivals).outcome == I  # the claimed cell is not in the grid
+
+
+def test_tokenizers_downstream_decide_compares_unigram_with_bpe_only():
+    from ptmlab.studies.tokenizers_downstream import decide
+
+    wp = {"wordpiece": [0.99, 0.99, 0.99]}  # reported, not part of the rule
+    assert decide({"unigram": [0.80, 0.81, 0.80], "bpe": [0.80, 0.805, 0.801], **wp}).outcome == S  # matches
+    assert decide({"unigram": [0.70, 0.72, 0.71], "bpe": [0.80, 0.81, 0.80], **wp}).outcome == N
+    assert decide({"unigram": [0.75, 0.80, 0.70], "bpe": [0.76, 0.78, 0.77], **wp}).outcome == I
+
+
+def test_domain_adaptation_decide():
+    from ptmlab.studies.domain_adaptation import decide
+
+    assert decide({"base": [0.80, 0.81, 0.79], "adapted": [0.84, 0.85, 0.84]}).outcome == S
+    assert decide({"base": [0.84, 0.85, 0.84], "adapted": [0.80, 0.81, 0.79]}).outcome == N
+    assert decide({"base": [0.80, 0.82, 0.79], "adapted": [0.81, 0.80, 0.80]}).outcome == I
+    assert decide({"base": [0.50], "adapted": [0.90]}).outcome == I
+
+
+def test_data_quality_decide():
+    from ptmlab.studies.data_quality import decide
+
+    assert decide([0.20, 0.25, 0.22], [0.01, 0.03, 0.02]).outcome == S  # lower loss, better downstream
+    assert decide([0.20, 0.25, 0.22], [0.02, -0.01, 0.00]).outcome == S  # downstream within noise
+    assert decide([-0.20, -0.25, -0.22], [-0.01, 0.02, 0.0]).outcome == N  # raw has the lower loss
+    assert decide([0.20, -0.10, 0.05], [0.01, 0.02, 0.01]).outcome == I  # seeds disagree on the loss
+    assert decide([0.20, 0.25, 0.22], [-0.05, -0.06, -0.055]).outcome == I  # the two measures disagree
+    assert decide([0.30], [0.05]).outcome == I  # one seed
+
+
+# ------------------------------------------------------------------------------------------------ long inputs
+def test_long_attention_decide_combines_both_parts():
+    from ptmlab.studies.long_attention import decide
+
+    acc = {"truncate": [0.40, 0.42, 0.41], "window": [0.60, 0.61, 0.62]}
+    v = decide(1.9, 8192, 1.05, acc)
+    assert v.outcome == S and v.estimate.value == pytest.approx(0.20)
+    assert decide(1.1, 8192, 1.05, acc).outcome == N  # Q10 refuted: near-linear full attention
+    assert decide(1.9, 8192, 1.05, {"truncate": acc["window"], "window": acc["truncate"]}).outcome == N
+    assert decide(1.9, 8192, 1.05, {"truncate": [0.4], "window": [0.6]}).outcome == I  # one seed
+    assert decide(1.35, 16384, 1.05, acc).outcome == I  # Q10 between the thresholds
+
+
+# ------------------------------------------------------------------------------------------------ distillation
+def _metakd_rows(meta: list[float], single: list[float], pooled: list[float]) -> list[dict]:
+    return [{"seed": s, "domain": d, "single_kd": single[s], "pooled_kd": pooled[s], "meta_kd": meta[s]}
+            for s in range(len(meta)) for d in ("a", "b")]
+
+
+def test_meta_kd_decide():
+    from ptmlab.studies.meta_kd import decide, method_scores
+
+    assert decide(method_scores(_metakd_rows([0.85, 0.86, 0.85], [0.80, 0.81, 0.80], [0.81, 0.82, 0.82]))).outcome == S
+    assert decide(method_scores(_metakd_rows([0.75, 0.76, 0.75], [0.80, 0.81, 0.80], [0.74, 0.74, 0.73]))).outcome == N
+    assert decide(method_scores(_metakd_rows([0.85, 0.70, 0.86], [0.80, 0.81, 0.80], [0.81, 0.82, 0.82]))).outcome == I
+    assert decide(method_scores(_metakd_rows([0.95], [0.80], [0.81]))).outcome == I  # one seed
+    assert decide(method_scores([{"seed": 0, "domain": "a", "meta_kd": 0.9}])).outcome == I  # parts missing
+
+
+def _ml_rows(model, seed, tatoeba, dev, sts):
+    rows = [{"model": model, "seed": seed, "part": "report", "src_to_tgt": tatoeba, "tgt_to_src": tatoeba,
+             "sts_spearman": None} for _ in range(2)]
+    rows += [{"model": model, "seed": seed, "part": "dev", "src_to_tgt": dev, "tgt_to_src": dev,
+              "sts_spearman": None} for _ in range(2)]
+    rows[-1]["sts_spearman"] = sts
+    return rows
+
+
+def test_multilingual_decide_every_outcome_and_selection_on_dev():
+    from ptmlab.studies.multilingual import choose_student, decide
+
+    teacher = _ml_rows("teacher", "-", 10.0, 20.0, 0.85)
+
+    def student(name, tatoeba, sts=(0.85, 0.85, 0.85), dev=50.0):
+        return [r for s, (t, x) in enumerate(zip(tatoeba, sts, strict=True)) for r in _ml_rows(name, s, t, dev, x)]
+
+    assert decide(teacher + student("copy", [40.0, 42.0, 41.0]), ["copy"]).outcome == S  # +31 points, STS kept
+    assert decide(teacher + student("copy", [12.0, 13.0, 12.5]), ["copy"]).outcome == N  # gains under 10 points
+    assert decide(teacher + student("copy", [40.0, 42.0, 41.0], (0.70, 0.71, 0.70)), ["copy"]).outcome == N
+    assert decide(teacher + student("copy", [40.0, 15.0, 30.0]), ["copy"]).outcome == I  # seeds disagree
+    assert decide(teacher + student("copy", [40.0], (0.85,)), ["copy"]).outcome == I  # one seed
+    no_sts = [{**r, "sts_spearman": None} for r in teacher + student("copy", [40.0, 42.0, 41.0])]
+    assert decide(no_sts, ["copy"]).outcome == I  # English unmeasured
+    # the student judged is the best on the development sets, whatever its Tatoeba numbers
+    both = teacher + student("copy", [40.0, 42.0, 41.0], dev=30.0) + student("xlmr", [12.0, 13.0, 12.0], dev=60.0)
+    assert choose_student(both, ["copy", "xlmr"]) == "xlmr"
+    assert decide(both, ["copy", "xlmr"]).outcome == N
+
+
+# ------------------------------------------------------------------------------------------------ scaling
+def test_scaling_decide():
+    from ptmlab.studies.scaling import decide
+
+    q = {v: {"verdict": v, "reason": f"synthetic {v}"} for v in (S, N, I)}
+    growth = {"a": 0.6, "a_stderr": 0.05, "n": 3}
+    v = decide(q[S], q[S], 3, growth)
+    assert v.outcome == S and v.estimate.low == pytest.approx(0.5) and v.estimate.high == pytest.approx(0.7)
+    assert decide(q[S], q[N], 3).outcome == N
+    assert decide(q[I], q[S], 2).outcome == I
+    assert decide(q[S], q[S], 1).outcome == I  # one seed: the noise of the losses is unmeasured
+
+
+# ------------------------------------------------------------------------------------------------ extraction
+def test_extraction_decide_bootstraps_dev_agreement():
+    from ptmlab.studies.extraction import decide
+
+    assert decide(([1.0] * 970 + [0.0] * 30, 0.5), 1000).outcome == S  # 97% agreement, interval above 90%
+    assert decide(([1.0] * 700 + [0.0] * 300, 0.5), 1000).outcome == N  # 70%
+    assert decide(([1.0] * 45 + [0.0] * 5, 0.5), 1000).outcome == I  # 90% of 50 examples: the interval straddles
+    v = decide(([1.0] * 970 + [0.0] * 30, 0.95), 1000)  # a victim that answers one label: agreement is trivial
+    assert v.outcome == I and "constant copy" in v.reason
+    assert decide(None, 1000).outcome == I
+    rows = [{"strategy": "random", "budget": 1000, "defence": "label", "agreement": 0.6, "cost_to_users": "x"}]
+    assert "label: 60.0%" in decide(([1.0] * 970 + [0.0] * 30, 0.5), 1000, rows).reason
+
+
+# ------------------------------------------------------------------------------------------------ tokenizers
+def _counts(words, pieces, continued):
+    return {"words": np.asarray(words, float), "pieces": np.asarray(pieces, float),
+            "continued": np.asarray(continued, float)}
+
+
+def test_tokenizers_decide_every_outcome():
+    from ptmlab.studies.tokenizers import decide
+
+    rng = np.random.default_rng(0)
+    words = rng.integers(5, 15, size=400)
+    mine = _counts(words, words * 1.2, words * 0.15)
+    worse = _counts(words, words * 1.6, words * 0.40)  # the multilingual rival: more pieces, more continued
+    assert decide({"en: joint": (mine, worse)}).outcome == S
+    assert decide({"en: joint": (worse, mine)}).outcome == N
+    e1, e2 = rng.normal(0, 3, size=400), rng.normal(0, 3, size=400)
+    noisy = _counts(words, words * 1.2 + e1 - e1.mean(), words * 0.15 + e2 - e2.mean())  # no difference on average
+    v = decide({"en: joint": (mine, noisy)})
+    assert v.outcome == I and v.estimate.low < 0 < v.estimate.high
+    assert decide({}).outcome == I
+
+
+def test_tokenizers_sentence_counts_match_the_corpus_metrics():
+    from ptmlab.studies.tokenizers import sentence_counts
+
+    class Fake:  # pieces = ceil(len / 3) per word
+        def encode_words(self, words):
+            return [[0] * -(-len(w) // 3) for w in words]
+
+    c = sentence_counts(Fake(), ["a bb ccc", "", "dddd eeeeeee"], False)
+    assert c["words"].tolist() == [3, 2] and c["pieces"].tolist() == [3, 5] and c["continued"].tolist() == [0, 2]
+
+
+@pytest.mark.parametrize("name", [m for m in MODULES if m not in ("extraction", "tokenizers")])
+def test_full_budget_runs_at_least_three_seeds_and_small_one(name):
+    mod = importlib.import_module(f"ptmlab.studies.{name}")
+    assert len(mod.FULL["seeds"]) >= 3
+    assert mod.SMALL["seeds"] == ["0"]  # --budget small: one seed, so seed-based rules say inconclusive
