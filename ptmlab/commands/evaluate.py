@@ -41,9 +41,16 @@ def run(args: argparse.Namespace) -> int:
     from ptmlab.longseq.runs import check_long_model, long_evaluator
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.train.evaluate import evaluate, resolve_precision
+    from ptmlab.train.multitask import evaluate_tasks, recorded_tasks
 
     configure_threads()
     cfg = resolve_config(EvaluateConfig, args, args.config)
+    if recorded_tasks(args.model):  # a multi-task run: --task picks a head, none scores every head
+        result = evaluate_tasks(args.model, cfg, [cfg.task] if "task" in vars(args) else None)
+        if cfg.output:
+            atomic_write_json(cfg.output, result)
+        print(json.dumps(result, indent=2))
+        return 0
     data = load_task_data(cfg, need_train=False)
     split = data.split(cfg.split)
     if split.label is None:

@@ -6,12 +6,13 @@ from dataclasses import dataclass
 
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
-from ptmlab.train.args import DataArgs, TrainArgs
+from ptmlab.train.args import DataArgs, MultiTaskArgs, TrainArgs
 
 
 @dataclass(frozen=True)
 class DistillArgs:
-    teacher: str | None = opt(None, "teacher: a fine-tuned run directory or a model with a task head")
+    teacher: str | None = opt(None, "teacher: a fine-tuned run directory or a model with a task head; multi-task: a "
+                                    "multi-task run or one run per task, sst2=RUN1,mrpc=RUN2")
     student: str = opt("layers:3", "student: layers:K, layers:0,2,4, shrink:layers=4,hidden=312,heads=12,ffn=1200"
                                    "[,init=random], bilstm, cnn, or a zoo model / model directory")
     losses: list[str] = opt(["soft_ce"], "losses to combine, NAME or NAME:WEIGHT: soft_ce hidden_mse embedding_mse "
@@ -36,8 +37,9 @@ class DistillArgs:
 
 
 @dataclass(frozen=True)
-class DistillConfig(DistillArgs, DataArgs, TrainArgs):
+class DistillConfig(DistillArgs, MultiTaskArgs, DataArgs, TrainArgs):
     def validate(self) -> None:
+        self.validate_tasks()
         self.validate_data()
         self.validate_train()
         if self.strategy != "full":

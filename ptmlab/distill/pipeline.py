@@ -20,7 +20,7 @@ from ptmlab.core.seed import set_seed
 from ptmlab.distill.config import DistillConfig
 from ptmlab.distill.matches import Match, ModelInfo, check_matches, default_matches, parse_losses, parse_matches
 
-BUILT_FROM_TEACHER = ("layers:", "shrink:", "bilstm", "cnn")
+BUILT_FROM_TEACHER = ("layers:", "shrink:", "mobile:", "bilstm", "cnn")
 
 
 def build_matches(cfg: DistillConfig, student: ModelInfo, teacher: ModelInfo) -> list[Match]:
@@ -83,6 +83,7 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
     from ptmlab.data.metrics import compute_metrics
     from ptmlab.data.taskdata import label_names, load_task_data
     from ptmlab.distill.cache import teacher_outputs
+    from ptmlab.distill.multitask import is_multitask_distill, run_multitask_distill
     from ptmlab.distill.objective import DistillObjective
     from ptmlab.distill.report import write_distill_report
     from ptmlab.distill.students import build_student
@@ -93,6 +94,8 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
 
     if not cfg.teacher:
         raise PtmlabError("no teacher: pass --teacher RUN_DIR (a fine-tuned run) or a model with a task head")
+    if is_multitask_distill(cfg):  # one student, a head per task (ptmlab.distill.multitask)
+        return run_multitask_distill(cfg, command, resume)
     session = prepare_run(cfg, command, resume=resume)
     data = load_task_data(cfg)
     spec, labels, regression = data.spec, label_names(data), data.spec.kind == "regression"

@@ -21,6 +21,8 @@ STUDY_MODULES = [
     "ptmlab.studies.tokenizers_downstream",
     "ptmlab.studies.multilingual", "ptmlab.studies.meta_kd",
     "ptmlab.studies.scaling", "ptmlab.studies.data_quality",
+    "ptmlab.studies.multitask", "ptmlab.studies.ticket_sharing",
+    "ptmlab.studies.static_contextual",
 ]
 
 

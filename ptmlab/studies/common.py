@@ -17,6 +17,8 @@ BUDGETS = ("small", "default", "full")
 # what ``--budget small`` sets for a study that fine-tunes (each study adds its own knobs)
 SMALL_FINETUNE = dict(model="tiny", max_train=64, max_eval=32, max_length=32, epochs=1.0, batch_size=16,
                       eval_batch_size=64)
+# what ``--budget full`` sets for a study that fine-tunes: three seeds and the whole dev set
+FULL_FINETUNE = dict(seeds=["0", "1", "2"], max_eval=0)
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class StudyArgs(TrainArgs, DataArgs, ModelArgs, StudyBase):
     max_length: int = opt(64, "max tokens")
     epochs: float = opt(1.0, "epochs of every fine-tuning (the same budget for every variant)")
     seed: int = opt(0, "seed")
+    seeds: list[str] = opt([], "seeds every variant is repeated with, e.g. 0,1,2 (empty: --seed alone; --budget "
+                               "full: 0,1,2)")
     test: bool = opt(False, "also evaluate fine-tuned variants on the test split")
 
     def validate(self) -> None:
@@ -47,8 +51,10 @@ class StudyArgs(TrainArgs, DataArgs, ModelArgs, StudyBase):
         self.validate_train()
 
 
-def parse_study_args(name: str, cls, argv: list[str], description: str = "", small: dict | None = None):
-    """A study's options: defaults < ``small`` preset (with ``--budget small``) < ``--config`` YAML < flags.
+def parse_study_args(name: str, cls, argv: list[str], description: str = "", small: dict | None = None,
+                     full: dict | None = None):
+    """A study's options: defaults < ``small`` / ``full`` preset (with ``--budget small|full``) < ``--config`` YAML
+    < flags.
 
     Every study config goes through ``build_config`` (validation included); an empty ``task`` is filled in."""
     import argparse
@@ -64,8 +70,8 @@ def parse_study_args(name: str, cls, argv: list[str], description: str = "", sma
     known = {f.name for f in dataclasses.fields(cls)}
     given.update({k: v for k, v in vars(args).items() if k in known})
     values = {}
-    if given.get("budget") == "small":
-        values.update({k: v for k, v in (small or {}).items() if k in known})
+    preset = {"small": small, "full": full}.get(given.get("budget")) or {}
+    values.update({k: v for k, v in preset.items() if k in known})
     values.update(given)
     if "task" in known and not values.get("task"):
         values["task"] = default_task()
@@ -81,6 +87,56 @@ def command_config(a, cls, **overrides):
     return build_config(cls, values, source="study")
 
 
+def seed_list(a) -> list[int]:
+    """The seeds a study repeats each variant with: ``--seeds``, else ``--seed`` alone."""
+    from ptmlab.core.errors import PtmlabError
+
+    raw = list(getattr(a, "seeds", None) or []) or [getattr(a, "seed", 0)]
+    try:
+        seeds = [int(s) for s in raw]
+    except (TypeError, ValueError):
+        raise PtmlabError(f"--seeds {','.join(map(str, raw))} is not a list of integers: give e.g. 0,1,2") from None
+    if len(set(seeds)) != len(seeds):
+        raise PtmlabError(f"--seeds {','.join(map(str, raw))} repeats a seed: give distinct seeds, e.g. 0,1,2")
+    return seeds
+
+
+def seed_dir(out: Path, name: str, seed: int, seeds: list[int]) -> Path:
+    """Where one variant's run for ``seed`` lives: ``out/name`` for a one-seed study, ``out/name/seed-S`` else."""
+    return out / name if len(seeds) == 1 else out / name / f"seed-{seed}"
+
+
+def dev_correct(run_dir: Path) -> list[float] | None:
+    """Per dev example 1.0 / 0.0 (prediction equals gold) from a run's ``predictions_dev.json``, in the run's dev
+    order: the input of ``verdict.paired_bootstrap``. None for regression or a run without labelled predictions."""
+    import json
+
+    path = Path(run_dir) / "predictions_dev.json"
+    if not path.is_file():
+        return None
+    p = json.loads(path.read_text())
+    if p.get("kind") == "regression" or p.get("gold") is None:
+        return None
+    return [float(int(x) == int(y)) for x, y in zip(p["pred"], p["gold"], strict=True)]
+
+
+def choose_then_test(candidates: dict[str, list[list[float]]], baseline: list[list[float]], metric: str):
+    """Honest selection over dev examples: each run's dev examples at even positions choose the candidate (highest
+    mean correctness), those at odd positions test it against ``baseline`` with a paired bootstrap (examples of
+    every seed pooled). ``candidates[name][k]`` and ``baseline[k]`` are seed k's per-example correctness, in the
+    same dev order; a tie goes to the candidate given first. Returns the chosen name, the choosing-half mean of every
+    candidate, and the ``Estimate``."""
+    from ptmlab.studies.verdict import paired_bootstrap
+
+    def half(runs: list[list[float]], start: int) -> list[float]:
+        return [x for run in runs for x in run[start::2]]
+
+    choose = {k: sum(half(v, 0)) / max(1, len(half(v, 0))) for k, v in candidates.items()}
+    best = max(choose, key=choose.get)  # ties: the first candidate given
+    est = paired_bootstrap(half(candidates[best], 1), half(baseline, 1), metric)
+    return best, choose, est
+
+
 def finetune_variant(base, out_dir: Path, **overrides) -> dict:
     """Fine-tune one variant of a study into ``out_dir``; reuses a finished variant's summary."""
     from ptmlab.core.rundir import RunDir
@@ -89,6 +145,7 @@ def finetune_variant(base, out_dir: Path, **overrides) -> dict:
 
     if (out_dir / "summary.json").is_file() and not getattr(base, "overwrite", False):
         return RunDir(out_dir).summary()
+    overrides.setdefault("tasks", [])  # a study's own --tasks lists tasks to run one by one, not one multi-task run
     cfg = command_config(base, FinetuneConfig, output=str(out_dir), **overrides)
     return run_finetune(cfg, command="study")
 

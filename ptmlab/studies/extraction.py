@@ -31,6 +31,7 @@ over query variants against the watermark (``vote``), function-word padding agai
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,6 +125,9 @@ def run(argv: list[str]) -> int:
         finetune_variant(a, out / "victim", model=a.victim_model)
         a = dataclasses.replace(a, victim=str(out / "victim"))
     budgets = sorted(int(b) for b in a.budgets)
+    # every attack below runs again on a rerun, so the serving state (keys, usage, audit) starts empty each time:
+    # a kept store would hold a second key of the same name
+    shutil.rmtree(out / "state", ignore_errors=True)
     store = open_store(str(out / "state"))
     rows = []
     for strategy in a.strategies:

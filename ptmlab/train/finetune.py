@@ -32,6 +32,10 @@ def run_finetune(cfg: FinetuneConfig, resume: bool = False, command: str = "fine
     from ptmlab.models.zoo import load_tokenizer
 
     cfg = apply_recipes(cfg)
+    if getattr(cfg, "tasks", None):  # several tasks, one head each (ptmlab.train.multitask)
+        from ptmlab.train.multitask import run_multitask_finetune
+
+        return run_multitask_finetune(cfg, resume=resume, command=command, loss_fn=loss_fn)
     session = prepare_run(cfg, command, resume=resume)
     data = load_task_data(cfg)  # all input checks happen before anything is written
     tokenizer = load_tokenizer(cfg.model)

@@ -105,6 +105,7 @@ class FitResult:
             "train_examples": len(self.enc["train"]), "eval_examples": len(self.enc["dev"]),
             "steps": st.step, "epochs": round(st.step / tr.steps_per_epoch, 4),
             "train_examples_per_second": round(st.examples / max(st.train_seconds, 1e-9), 2),
+            "train_tokens": st.tokens,
             "best_step": st.best_step, "stopped_early": st.stopped_early,
             "trainable_params": self.trainable_params,
             "params": sum(p.numel() for p in self.model.parameters()),
@@ -156,7 +157,10 @@ def fine_tune(model, tokenizer, data: TaskData, cfg, run: RunDir, *, enc: dict[s
         on_model(final)
     final_step = state.best_step if cfg.keep_best and state.best_step is not None else state.step
     t_eval = time.perf_counter()
-    dev_metrics, dev_preds = evals[final_step] if final_step in evals else evaluate_dev(final)
+    if final_step not in evals:  # kept before a resume: evaluated again (evaluate_dev files it under this step)
+        evaluate_dev(final)
+        final_step = trainer.state.step
+    dev_metrics, dev_preds = evals[final_step]
     eval_seconds = time.perf_counter() - t_eval
     fit = FitResult(final, trainer, state, enc, precision, trainable, dict(dev_metrics), dev_preds,
                     eval_seconds=eval_seconds)
@@ -187,6 +191,8 @@ def finish_run(session: RunSession, fit: FitResult, tokenizer, data: TaskData | 
         if data is not None and fit.test_preds is not None:
             write_predictions(run, "test", data.splits["test"], fit.test_preds, data.spec, labels)
         run.write_summary(summary)
+        from ptmlab.report.model_card import write_model_card
+        write_model_card(run.path)
         (report or write_run_report)(run)
         fit.trainer.cleanup()
     acc.wait_for_everyone()
