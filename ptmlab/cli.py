@@ -33,6 +33,7 @@ COMMAND_MODULES = [
     "ptmlab.commands.clean",
     "ptmlab.commands.scale",
     "ptmlab.commands.longify",
+    "ptmlab.commands.export", "ptmlab.commands.push",
 ]
 
 

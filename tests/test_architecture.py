@@ -26,6 +26,7 @@ FLOORS = {
     "distill": 3, "compress": 3, "analysis": 3, "tokenization": 3, "serve": 3, "extraction": 3,
     "pretrain": 3, "clean": 3, "longseq": 3,
     "scaling": 3,
+    "export": 3,
     "studies": 4,
     "commands": 5, "__main__": 6, "cli": 6, "__init__": 0,
 }
@@ -34,6 +35,7 @@ CAPABILITIES = {name for name, floor in FLOORS.items() if floor == 3}
 PUBLIC = {
     "compress": {"ptmlab.distill.losses"},  # recovery with a teacher uses distill's soft_ce
     "scaling": {"ptmlab.pretrain.run", "ptmlab.pretrain.config", "ptmlab.pretrain.flops"},  # sweeps of runs
+    "export": {"ptmlab.compress.quantize"},  # ONNX export, onnxruntime int8, the int8 layer choice
 }
 
 

@@ -25,6 +25,8 @@ def write_run_report(run: RunDir, extra_sections=None) -> str:
     info = {k: summary.get(k) for k in ("strategy", "train_examples", "steps", "train_seconds",
                                          "train_examples_per_second", "trainable_params", "params", "precision")}
     rep.table([info])
+    if run.file("README.md").is_file():  # the model card (ptmlab.report.model_card)
+        rep.parts.append('<p>Model card: <a href="README.md">README.md</a></p>')
     rows = run.metrics()
     if any("loss" in r for r in rows):
         rep.figure(loss_curve(rows), "loss_curve", "training loss and dev metric over steps")

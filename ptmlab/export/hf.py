@@ -1,0 +1,120 @@
+"""The ``transformers`` export: a directory stock transformers loads, with modelling code only where needed.
+
+Where the model's modifications are expressible in its family's stock configuration (none at all, or pruning that
+leaves every layer with all its heads and the same FFN width, possibly with fewer layers) the directory is a plain
+``save_pretrained`` one with adjusted sizes. Otherwise the two template files in ``templates/`` are copied beside
+the weights (one line naming the family's stock classes set) and registered through the config's ``auto_map``, so
+``from_pretrained(DIR, trust_remote_code=True)`` rebuilds the architecture with torch and transformers alone. The
+weights are ptmlab's own state dict: the template reproduces ptmlab's module names.
+
+Uniform *head* pruning is not stock: transformers derives the head size from ``hidden_size / num_attention_heads``,
+so a layer with fewer heads of the original size needs the modelling code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ptmlab.core.errors import PtmlabError
+from ptmlab.core.io import atomic_write_json, atomic_write_text
+from ptmlab.models.structure import structure_of
+
+TEMPLATES = Path(__file__).parent / "templates"
+REMOTE_KINDS = ("structured_prune", "low_rank", "layer_sharing", "ghost", "adapter", "rnn_student")
+AUTO_MAP = {"AutoConfig": "configuration_ptmlab.PtmlabConfig",
+            "AutoModelForSequenceClassification": "modeling_ptmlab.PtmlabForSequenceClassification"}
+
+
+def modifications(model) -> list[dict]:
+    return list(getattr(model.config, "ptmlab_modifications", None) or [])
+
+
+def structure_paths(model) -> dict:
+    """Where the layers and projections live (from ptmlab's structure map), for the template to use."""
+    s = structure_of(model)
+    keys = ("family", "base", "layers", "self_attention", "query", "key", "value", "attn_output", "ffn_in", "ffn_out")
+    return {k: getattr(s, k) for k in keys}
+
+
+def _widths(model) -> tuple[list[int], list[int]]:
+    s = structure_of(model)
+    c = model.config
+    d = c.hidden_size // c.num_attention_heads
+    n = s.num_layers(model)
+    heads = [s.part(model, i, "attn_output").in_features // d for i in range(n)]
+    ffn = [s.part(model, i, "ffn_in").out_features for i in range(n)]
+    return heads, ffn
+
+
+def stock_config(model):
+    """A stock config of the same family describing the modified model, or None when it needs custom code."""
+    mods = modifications(model)
+    config = model.config.__class__.from_dict(model.config.to_dict())
+    if not mods:
+        return config
+    if any(m["kind"] != "structured_prune" for m in mods):
+        return None
+    heads, ffn = _widths(model)
+    ffn_key = "intermediate_size" if hasattr(config, "intermediate_size") else "hidden_dim"
+    layers_key = "num_hidden_layers" if hasattr(config, "num_hidden_layers") else "n_layers"
+    if any(h != config.num_attention_heads for h in heads) or len(set(ffn)) != 1:
+        return None
+    setattr(config, ffn_key, ffn[0])
+    setattr(config, layers_key, len(heads))
+    del config.ptmlab_modifications
+    return config
+
+
+def check_transformers(model) -> None:
+    """PtmlabError, before anything is written, for a modification the modelling code cannot rebuild."""
+    for m in modifications(model):
+        if m["kind"] not in REMOTE_KINDS:
+            raise PtmlabError(f"modification '{m['kind']}' cannot be exported with --format transformers (the "
+                              f"exported modelling code rebuilds {', '.join(REMOTE_KINDS)}): use --format onnx, "
+                              f"onnx-int8 or torch-int8")
+    structure_of(model)  # PtmlabError for a family without a structure map
+
+
+def write_transformers(model, tokenizer, out: Path) -> dict:
+    """Write the model into ``out`` (an empty temp directory); returns {"custom_code": bool, ...}."""
+    from ptmlab.models.loader import save_model
+
+    check_transformers(model)
+    stock = stock_config(model)
+    if stock is not None:
+        from transformers import AutoModelForSequenceClassification
+
+        plain = AutoModelForSequenceClassification.from_config(stock)
+        missing, unexpected = plain.load_state_dict(model.state_dict(), strict=False)
+        missing = [k for k in missing if not k.endswith(("position_ids", "token_type_ids"))]
+        if missing or unexpected:
+            raise PtmlabError(f"the model does not fit its stock configuration (missing {missing[:3]}, unexpected "
+                              f"{unexpected[:3]}): export it with custom code by reporting this as a bug")
+        save_model(plain.eval(), tokenizer, out)
+        return {"custom_code": False, "architecture": type(plain).__name__}
+    import transformers
+
+    base_config, base_model = type(model.config).__name__, type(model).__name__
+    if not hasattr(transformers, base_config) or not hasattr(transformers, base_model):
+        raise PtmlabError(f"model class '{base_model}' is not a stock transformers class: only sequence "
+                          f"classification models of a supported family can be exported")
+    save_model(model, tokenizer, out)
+    cfg = json.loads((out / "config.json").read_text())
+    cfg.update(model_type="ptmlab", auto_map=AUTO_MAP, architectures=["PtmlabForSequenceClassification"],
+               ptmlab_structure=structure_paths(model), ptmlab_base_model_type=model.config.model_type)
+    atomic_write_json(out / "config.json", cfg)
+    conf = (TEMPLATES / "configuration_ptmlab.py").read_text()
+    conf = conf.replace('BASE_CONFIG = "BertConfig"', f'BASE_CONFIG = "{base_config}"')
+    conf = conf.replace('BASE_MODEL = "BertForSequenceClassification"', f'BASE_MODEL = "{base_model}"')
+    atomic_write_text(out / "configuration_ptmlab.py", conf)
+    atomic_write_text(out / "modeling_ptmlab.py", (TEMPLATES / "modeling_ptmlab.py").read_text())
+    return {"custom_code": True, "architecture": "PtmlabForSequenceClassification", "base_architecture": base_model,
+            "modifications": [m["kind"] for m in modifications(model)]}
+
+
+def load_exported(path: str | Path):
+    """Load an exported directory the way a user would (trust_remote_code where it carries modelling code)."""
+    from transformers import AutoModelForSequenceClassification
+
+    return AutoModelForSequenceClassification.from_pretrained(str(path), trust_remote_code=True).eval()
