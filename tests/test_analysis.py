@@ -199,19 +199,3 @@ def test_random_init_keeps_the_architecture_with_fresh_weights():
     w = "bert.encoder.layer.0.attention.self.query.weight"
     assert not torch.allclose(sa[w], sp[w]) and torch.equal(sa[w], sb[w])
     assert a.config.num_hidden_layers == pre.config.num_hidden_layers == 6
-
-
-def test_study_verdicts_count_what_they_claim():
-    from ptmlab.studies.ablation import verdict as ablation_verdict
-    from ptmlab.studies.anomaly import verdict as anomaly_verdict
-
-    t = AblationTable("accuracy", 0.8, np.array([[0.81, 0.8, 0.75, 0.795]]), np.array([[0.8, 0.7, 0.8, 0.8]]))
-    v = ablation_verdict(t, "head", 0.01)
-    assert "for 3 of 4 heads (worst -0.0500), and helps for 1" in v and "harmless for 3 of 4" in v
-    assert v.count("not supported") == 0 and "is supported" in v
-    s = {"best_layer": 2, "best_accuracy": 0.6, "per_field": {"morphology": [0.5, 0.7, 0.6], "semantics":
-                                                               [0.5, 0.55, 0.65]},
-         "psycholinguistic": [{"set": "s", "variant": "v", "gap": [0.1, 0.9, 0.3]}]}
-    v = anomaly_verdict(s)
-    assert "morphology 1 (0.700), semantics 2 (0.650)" in v and "earlier is supported" in v
-    assert "max gap +0.90 at layer 1" in v

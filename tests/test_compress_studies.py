@@ -43,7 +43,8 @@ def test_ghost_study(fine_tuned, files, tmp_path, capsys):
     a, b, c = rows["(a)"], rows["(b)"], rows["(c)"]
     assert b["ghost_params"] > 0 and b["params"] == a["params"] + b["ghost_params"]
     assert abs(c["params"] / b["params"] - 1) < 0.01 and c["ghost_params"] == 0
-    assert "GhostBERT's claim" in res["verdict"] and "verdict:" in capsys.readouterr().out
+    assert res["claim"]["study"] == "ghost" and res["outcome"] in ("supported", "not supported", "inconclusive")
+    assert "ghost minus the same pruned model" in res["reason"] and "verdict:" in capsys.readouterr().out
 
 
 def test_super_tickets_study(fine_tuned, files, tmp_path):
@@ -51,7 +52,8 @@ def test_super_tickets_study(fine_tuned, files, tmp_path):
     assert [r["ratio"] for r in res["rows"]] == [0.0, 0.5]  # the unpruned reference is always run
     full, ticket = res["rows"]
     assert full["heads"] == 8 and ticket["heads"] == 4 and ticket["params"] < full["params"]
-    assert res["best_ticket"]["ratio"] == 0.5 and "phase_transition" in res and res["base"] == "tiny"
+    assert res["chosen_ratio"] == 0.5 and "phase_transition_point_estimate" in res and res["base"] == "tiny"
+    assert "phase transition is not tested" in res["reason"]  # no ratio above the chosen one
 
 
 def test_compression_study(fine_tuned, files, tmp_path):
@@ -66,7 +68,8 @@ def test_compression_study(fine_tuned, files, tmp_path):
         assert 0.40 <= by[m]["layer_params_kept"] <= 0.55, (m, by[m]["layer_params_kept"])
         assert by[m]["params"] < by["none"]["params"]
     assert by["torch-int8"]["size_mb"] < by["none"]["size_mb"] and by["torch-int8"]["params"] == by["none"]["params"]
-    assert all("speedup_b32" in r and "pareto" in r for r in rows) and "best accuracy per size" in res["verdict"]
+    assert all("speedup_b32" in r and "pareto" in r for r in rows) and "best accuracy per size" in res["summary"]
+    assert res["chosen_method"] in methods.split(",") and res["claim"]["study"] == "compression"
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -256,4 +256,7 @@ def run_compress(cfg: CompressConfig) -> list[dict]:
         elif not any(name == "torch-int8" for name, _ in map(parse_step, cfg.steps)):
             save_model(st.model, st.tokenizer, run.path)
     write_table_report(run, "Compression pipeline", rows, baseline=rows[0], extra={"steps": cfg.steps, **st.info})
+    from ptmlab.report.model_card import write_model_card
+
+    write_model_card(run.path)
     return rows

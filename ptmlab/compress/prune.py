@@ -19,6 +19,7 @@ from ptmlab.compress.surgery import ffn_per_layer, head_dim, heads_per_layer, ma
 from ptmlab.compress.targets import check_fraction, ffn_mask, fraction_for_params, head_mask
 from ptmlab.core.config import build_config, opt
 from ptmlab.core.errors import PtmlabError
+from ptmlab.report.model_card import write_model_card
 from ptmlab.train.args import DataArgs, FinetuneConfig, ModelArgs, TrainArgs
 
 
@@ -243,4 +244,5 @@ def run_prune(cfg: PruneConfig) -> dict:
                           f"model" if teacher is not None and cfg.recover_epochs > 0 else "task loss"),
     })
     run.write_summary(summary)
+    write_model_card(run.path)  # after the final summary, so the card carries the pruned sizes
     return summary

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
+from ptmlab.report.model_card import write_model_card
 from ptmlab.train.args import DataArgs, ModelArgs, TrainArgs
 
 
@@ -171,6 +172,7 @@ def run_change(cfg, change: Callable[[object, object], dict], command: str) -> d
         summary["metrics"] = summary["dev_changed"]
     summary.update({"task": spec.name, "model": cfg.model, "main_metric": spec.main_metric})
     run.write_summary(summary)
+    write_model_card(run.path)
     return summary
 
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
+from ptmlab.report.model_card import write_model_card
 from ptmlab.train.args import TrainArgs
 
 
@@ -156,6 +157,7 @@ def run_embedding_distill(cfg: EmbedDistillConfig, command: str = "distill-embed
     if acc.is_main_process:
         save_sentence_model(fit.model, s_tok, run.path)
         run.write_summary(summary)
+        write_model_card(run.path)
         write_run_report(run)
         fit.trainer.cleanup()
     acc.wait_for_everyone()

@@ -86,7 +86,7 @@ def load_from_dir(path: str, overrides: dict, task_head: bool = True, attn_imple
         except Exception as e:
             raise PtmlabError(f"cannot load model weights from '{path}' ({type(e).__name__}: {e}): "
                               f"the checkpoint may be corrupt or truncated") from None
-    model = cls.from_config(config, attn_implementation=attn or "sdpa")
+    model = cls.from_config(config, attn_implementation=attn)  # None: the class default (MPNet has no sdpa)
     apply_modifications(model, mods)
     state = read_safetensors_dir(path)
     missing, unexpected = model.load_state_dict(state, strict=False)

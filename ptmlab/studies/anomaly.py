@@ -1,13 +1,33 @@
 """Study ``anomaly`` (Li et al., ACL 2021): at which layer does a model notice a linguistic anomaly?
 
-Gaussians per layer on a reference corpus, BLiMP accuracy per layer and field, and the surprisal gap per layer
-on the psycholinguistic sets. The claim: morphosyntactic anomalies surface at earlier layers than semantic ones,
-and commonsense ones hardly at all.
+Claim (A7): morphosyntactic anomalies surface at earlier layers than semantic ones, and commonsense anomalies hardly
+at all. Source: ACL 2021, Li, Zhu & Rudzicz, "How is BERT surprised? Layerwise detection of linguistic anomalies".
+Paper: BLiMP best-layer accuracy BERT-base 0.742, RoBERTa-base 0.830; morphosyntactic anomalies peak in early-middle
+layers, semantic ones later; commonsense anomalies (Urbach & Kutas) give no surprisal at any layer.
+
+Rule: variant and layer chosen on half the BLiMP phenomena, numbers from the other half; supported when the 95%
+bootstrap interval of (semantics peak layer - morphology peak layer) is above 0.5 AND the commonsense set's
+best-layer share of more-surprising anomalies has an interval below 0.65; not supported when either lies wholly on
+the wrong side; otherwise inconclusive.
+
+In detail. Honest selection first: BLiMP phenomena are split by name (sorted; even positions form the development
+half, odd positions the held-out half). The scoring variant (``--variants``: centred token vectors or the plain
+method) and the reported layer are chosen on the development half; every number in the verdict is measured on the
+held-out half. Part 1 (morphology earlier): the peak layer of semantics minus the peak layer of morphology on
+held-out pairs, with a 95% bootstrap over pairs (resampled within each field, peaks recomputed): supported when the
+interval is above 0.5 (morphology peaks at least one layer earlier), not supported when below 0.5 (same layer or
+later), inconclusive otherwise. Part 2 (commonsense hardly at all): on the commonsense set (``urbach-kutas``), the
+share of rows where the anomalous sentence is more surprising at the best layer (rows resampled, best layer
+recomputed; 95% bootstrap): supported when below 0.65, not supported when above, inconclusive otherwise. The claim
+is both parts; a part whose data are absent is inconclusive.
+
+Method: Gaussians per layer on a reference corpus (one fit per seed, each on its own reference sample: ``--seeds``;
+a pair's correctness is averaged over seeds), BLiMP accuracy per layer and field, and the surprisal gap per layer on
+the psycholinguistic sets. ``--budget full``: mpnet (12 layers, the paper's size), seeds 0,1,2.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,10 +35,35 @@ import numpy as np
 
 from ptmlab.analysis.anomaly import DEFAULT_TEXT_DIR
 from ptmlab.core.config import opt
+from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import StudyBase, parse_study_args, write_study
+from ptmlab.studies.verdict import (
+    INCONCLUSIVE,
+    NOT_SUPPORTED,
+    SUPPORTED,
+    Claim,
+    Estimate,
+    Verdict,
+    bootstrap_mean,
+    combine,
+)
 
+CLAIM = Claim(
+    study="anomaly",
+    claim="morphosyntactic anomalies surface at earlier layers than semantic ones, and commonsense anomalies hardly "
+          "at all (A7)",
+    source="ACL 2021: Li, Zhu & Rudzicz, How is BERT surprised? Layerwise detection of linguistic anomalies",
+    paper="BLiMP best-layer accuracy BERT-base 0.742, RoBERTa-base 0.830; morphosyntax peaks earlier than "
+          "semantics; commonsense anomalies give no surprisal at any layer",
+    rule="variant and layer chosen on half the BLiMP phenomena, numbers from the other half; supported when the "
+         "95% bootstrap interval of (semantics peak layer - morphology peak layer) is above 0.5 AND the commonsense "
+         "set's best-layer share of more-surprising anomalies has an interval below 0.65; not supported when either "
+         "lies wholly on the wrong side; otherwise inconclusive",
+)
 SHARED = DEFAULT_TEXT_DIR.parent
+COMMONSENSE = "urbach-kutas"
+VARIANTS = {"centred": True, "plain": False}
 
 
 @dataclass(frozen=True)
@@ -30,58 +75,162 @@ class AnomalyStudyArgs(StudyBase):
     max_sentences: int = opt(2000, "reference sentences")
     covariance: str = opt("full", "full, ledoit-wolf or diag", choices=["full", "ledoit-wolf", "diag"])
     include_special: bool = opt(False, "also score [CLS]/[SEP]")
-    center: bool = opt(True, "centre token vectors on their sentence's mean (--no-center: the plain method)")
+    variants: list[str] = opt(["centred", "plain"], "scoring variants to choose from on the development phenomena: "
+                                                   "centred (token vectors centred on their sentence), plain")
     per_phenomenon: int = opt(100, "BLiMP pairs per phenomenon")
-    gaussians: str | None = opt(None, "saved Gaussians to reuse")
-    heatmap_pairs: int = opt(2, "pairs whose token surprisal is plotted")
     batch_size: int = opt(64, "batch size")
-    seed: int = opt(0, "seed")
+    seed: int = opt(0, "seed of the reference sample")
+    seeds: list[str] = opt([], "reference samples (seeds) to average each pair over, e.g. 0,1,2 (empty: --seed)")
     output: str = opt("runs/study-anomaly", "output directory")
     overwrite: bool = opt(True, "replace a previous analysis in the output")
 
-
-def verdict(s: dict) -> str:
-    parts = []
-    if "per_field" in s:
-        fields = {k: (int(np.argmax(v)), max(v)) for k, v in s["per_field"].items()}
-        parts.append(f"BLiMP: best layer {s['best_layer']} ({s['best_accuracy']:.3f}); per field best layer "
-                     + ", ".join(f"{k} {layer} ({acc:.3f})" for k, (layer, acc) in fields.items()))
-        if "morphology" in fields and "semantics" in fields:
-            earlier = fields["morphology"][0] <= fields["semantics"][0]
-            parts.append(f"morphology peaks {'no later than' if earlier else 'later than'} semantics, so the claim "
-                         f"that morphosyntactic anomalies surface earlier is "
-                         f"{'supported' if earlier else 'not supported'} here")
-    for r in s.get("psycholinguistic", []):
-        gap = r["gap"]
-        parts.append(f"{r['set']} {r['variant']}: max gap {max(gap):+.2f} at layer {int(np.argmax(gap))}")
-    return "; ".join(parts) + "."
+    def validate(self) -> None:
+        bad = [v for v in self.variants if v not in VARIANTS]
+        if bad or not self.variants:
+            raise PtmlabError(f"--variants {','.join(self.variants)} is not valid: choose from centred, plain")
 
 
 # what --budget small runs (tests, CI)
-SMALL = {
-    "model": "tiny",
-    "max_sentences": 100,
-    "per_phenomenon": 5,
-    "heatmap_pairs": 1,
-}
+SMALL = {"model": "tiny", "max_sentences": 100, "per_phenomenon": 5}
+FULL = {"model": "mpnet", "seeds": ["0", "1", "2"]}  # what --budget full runs
+
+
+def split_phenomena(phenomena: list[str]) -> tuple[set[str], set[str]]:
+    """(development, held-out): the sorted phenomenon names at even and at odd positions."""
+    names = sorted(set(phenomena))
+    return set(names[0::2]), set(names[1::2])
+
+
+def peak_gap(morph: np.ndarray, sem: np.ndarray, resamples: int = 2000, seed: int = 0) -> Estimate:
+    """Semantics' peak layer minus morphology's, from per-pair correctness [pairs, layers] of each field, with a
+    percentile bootstrap over pairs (resampled within each field)."""
+    rng = np.random.default_rng(seed)
+    value = int(sem.mean(0).argmax()) - int(morph.mean(0).argmax())
+    gaps = [int(sem[rng.integers(0, len(sem), len(sem))].mean(0).argmax())
+            - int(morph[rng.integers(0, len(morph), len(morph))].mean(0).argmax()) for _ in range(resamples)]
+    lo, hi = np.quantile(gaps, [0.025, 0.975])
+    return Estimate("semantics peak layer minus morphology peak layer", float(value), float(lo), float(hi),
+                    len(morph) + len(sem), f"bootstrap over {len(morph) + len(sem)} pairs (95%)")
+
+
+def best_layer_share(correct: np.ndarray, resamples: int = 2000, seed: int = 0) -> Estimate:
+    """The best layer's share of correct rows [rows, layers], the best layer recomputed in every resample."""
+    rng = np.random.default_rng(seed)
+    value = float(correct.mean(0).max())
+    boot = [correct[rng.integers(0, len(correct), len(correct))].mean(0).max() for _ in range(resamples)]
+    lo, hi = np.quantile(boot, [0.025, 0.975])
+    return Estimate("best-layer share of anomalies more surprising", value, float(lo), float(hi), len(correct),
+                    f"bootstrap over {len(correct)} rows, best layer recomputed (95%)")
+
+
+def decide(morph: np.ndarray | None, sem: np.ndarray | None, commonsense: np.ndarray | None,
+           ceiling: float = 0.65) -> Verdict:
+    """The rule of ``CLAIM`` on held-out per-pair correctness of morphology and semantics and per-row correctness of
+    the commonsense set (each [items, layers]; None when absent)."""
+    if morph is None or sem is None or not len(morph) or not len(sem):
+        part1 = Verdict(INCONCLUSIVE, "no held-out morphology or semantics pairs to compare")
+    else:
+        est = peak_gap(morph, sem)
+        out = SUPPORTED if est.low > 0.5 else NOT_SUPPORTED if est.high < 0.5 else INCONCLUSIVE
+        word = {SUPPORTED: "morphology peaks earlier", NOT_SUPPORTED: "morphology peaks no earlier",
+                INCONCLUSIVE: "not resolved"}[out]
+        part1 = Verdict(out, f"semantics minus morphology peak layer {est.text(1)}: {word}", est)
+    if commonsense is None or not len(commonsense):
+        part2 = Verdict(INCONCLUSIVE, f"no commonsense set ({COMMONSENSE}) to test")
+    else:
+        est = best_layer_share(commonsense)
+        out = SUPPORTED if est.high < ceiling else NOT_SUPPORTED if est.low > ceiling else INCONCLUSIVE
+        word = {SUPPORTED: "below", NOT_SUPPORTED: "above", INCONCLUSIVE: "not resolved against"}[out]
+        part2 = Verdict(out, f"commonsense: {est.text(3)} {word} {ceiling:g}", est)
+    return combine([part1, part2])
+
+
+def _correct(a: AnomalyStudyArgs, center: bool, pairs, sets, seeds: list[int]) -> tuple[np.ndarray, dict]:
+    """Per-pair BLiMP correctness [pairs, layers] and per-set, per-variant psycholinguistic correctness, averaged
+    over the reference samples of ``seeds``."""
+    from ptmlab.analysis.anomaly import Encoder
+    from ptmlab.analysis.runs import fit_or_load
+
+    enc = Encoder.load(a.model, include_special=a.include_special, center=center, batch_size=a.batch_size)
+    blimp, psy = [], []
+    for seed in seeds:
+        g, _ = fit_or_load(enc, _FitArgs(a.reference, a.max_sentences, seed, a.covariance), a.model)
+        good, bad = enc.scores(g, [p.good for p in pairs]), enc.scores(g, [p.bad for p in pairs])
+        blimp.append((good > bad).astype(float))
+        per_set = {}
+        for name, (header, rows) in sets.items():
+            scores = [enc.scores(g, [r[c] for r in rows]) for c in range(len(header))]
+            for c in range(1, len(header)):
+                per_set[(name, header[c])] = (scores[0] > scores[c]).astype(float)  # the variant is more surprising
+        psy.append(per_set)
+    return np.mean(blimp, 0), {k: np.mean([p[k] for p in psy], 0) for k in psy[0]}
+
+
+@dataclass(frozen=True)
+class _FitArgs:
+    """What ``fit_or_load`` reads: the reference sample of one seed, never saved Gaussians."""
+
+    reference: str | None
+    max_sentences: int
+    seed: int
+    covariance: str
+    gaussians: str | None = None
 
 
 @STUDIES.register("anomaly", help="ACL 2021: layer-wise Gaussian anomaly detection on BLiMP and psycholinguistics")
 def run(argv: list[str]) -> int:
-    from ptmlab.analysis.runs import run_anomaly_analysis
-    from ptmlab.core.rundir import RunDir
+    from ptmlab.analysis import plots
+    from ptmlab.analysis.anomaly import load_anomaly_sets, load_blimp
+    from ptmlab.studies.common import seed_list
 
-    a = parse_study_args("anomaly", AnomalyStudyArgs, argv, __doc__, small=SMALL)
+    a = parse_study_args("anomaly", AnomalyStudyArgs, argv, __doc__, small=SMALL, full=FULL)
+    if not Path(a.blimp).exists():
+        raise PtmlabError(f"BLiMP folder '{a.blimp}' does not exist: pass the BLiMP data folder with --blimp")
+    seeds = seed_list(a)
     out = Path(a.output)
-    analysis = out / "analysis"
-    a = dataclasses.replace(a, blimp=a.blimp if Path(a.blimp).exists() else None,
-                            anomaly_sets=a.anomaly_sets if Path(a.anomaly_sets).exists() else None,
-                            output=str(analysis))
-    s = run_anomaly_analysis(a, lambda: RunDir.create(analysis, True))
-    rows = [{"group": "all", **{f"layer {i}": v for i, v in enumerate(s["per_layer"])}}] if "per_layer" in s else []
-    rows += [{"group": k, **{f"layer {i}": v for i, v in enumerate(vals)}} for k, vals in s.get("per_field",
-                                                                                                 {}).items()]
-    rows += [{"group": f"{r['set']}: {r['variant']} (gap)", **{f"layer {i}": v for i, v in enumerate(r["gap"])}}
-             for r in s.get("psycholinguistic", [])]
-    write_study(out, f"Study: layer-wise anomaly detection ({a.model})", rows, verdict(s), extra={"summary": s})
+    pairs = load_blimp(a.blimp, a.per_phenomenon or None)
+    sets = load_anomaly_sets(a.anomaly_sets) if Path(a.anomaly_sets).exists() else {}
+    dev_names, held_names = split_phenomena([p.phenomenon for p in pairs])
+    dev = np.array([p.phenomenon in dev_names for p in pairs])
+    held = ~dev
+    if not dev.any() or not held.any():
+        raise PtmlabError(f"BLiMP folder '{a.blimp}' holds fewer than two phenomena: the study chooses on one half of "
+                          f"the phenomena and reports on the other")
+    results = {v: _correct(a, VARIANTS[v], pairs, sets, seeds) for v in a.variants}
+    choose = {v: float(c[dev].mean(0).max()) for v, (c, _) in results.items()}
+    chosen = max(choose, key=lambda v: (choose[v], v == "centred"))
+    correct, psy = results[chosen]
+    layer = int(correct[dev].mean(0).argmax())
+    at_layer = bootstrap_mean(correct[held][:, layer], f"held-out accuracy at layer {layer} (chosen on dev)")
+    fields = np.array([p.field for p in pairs])
+    per_field = {f: [round(float(x), 4) for x in correct[held & (fields == f)].mean(0)]
+                 for f in sorted(set(fields[held]))}
+
+    def field(name):
+        m = held & (fields == name)
+        return correct[m] if m.any() else None
+
+    commonsense = next((c for (name, _), c in psy.items() if name == COMMONSENSE), None)
+    v = decide(field("morphology"), field("semantics"), commonsense)
+    rows = [{"group": f"{var} ({'chosen' if var == chosen else 'not chosen'}), {part} phenomena",
+             **{f"layer {i}": round(float(x), 4) for i, x in enumerate(c[mask].mean(0))}}
+            for var, (c, _) in results.items() for part, mask in (("dev", dev), ("held-out", held))]
+    rows += [{"group": f"held-out {k}", **{f"layer {i}": x for i, x in enumerate(vals)}}
+             for k, vals in per_field.items()]
+    rows += [{"group": f"{name}: {col} (share more surprising)",
+              **{f"layer {i}": round(float(x), 4) for i, x in enumerate(c.mean(0))}} for (name, col), c in psy.items()]
+    held_curve = correct[held].mean(0)
+    fig = plots.layer_lines({"held-out (all)": [float(x) for x in held_curve], **per_field}, "accuracy",
+                            f"BLiMP accuracy per layer, held-out phenomena ({chosen})", hline=0.5)
+    write_study(out, f"Study: layer-wise anomaly detection ({a.model})", rows, v,
+                [(fig, "blimp_layers", "held-out accuracy per layer, overall and per field")],
+                extra={"chosen_variant": chosen, "dev_best_layer_accuracy": choose, "chosen_layer": layer,
+                       "held_out_at_chosen_layer": at_layer.to_dict(),
+                       "held_out_best_layer_accuracy": round(float(held_curve.max()), 4),
+                       "held_out_best_layer": int(held_curve.argmax()),
+                       "selection": "phenomena sorted by name: even positions choose the variant and layer (dev), "
+                                    "odd positions report (held-out)",
+                       "dev_phenomena": sorted(dev_names), "held_out_phenomena": sorted(held_names),
+                       "pairs": {"dev": int(dev.sum()), "held_out": int(held.sum())}, "model": a.model},
+                claim=CLAIM, budget=a.budget, seeds=seeds)
     return 0

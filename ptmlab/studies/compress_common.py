@@ -1,6 +1,7 @@
 """What the compression studies (``ghost``, ``super-tickets``, ``compression``) share: their options, running a
-compression command once into a sub-directory (reused on a rerun), and measuring a variant with the row every
-compression table uses (``ptmlab.compress.measure``)."""
+compression command once into a sub-directory (reused on a rerun), measuring a variant with the row every
+compression table uses (``ptmlab.compress.measure``), and its per-example dev correctness for the verdicts' paired
+bootstrap."""
 
 from __future__ import annotations
 
@@ -103,6 +104,22 @@ def measurer(a, tokenizer):
 
     cfg = command_config(a, FinetuneConfig, model="tiny", output=None)
     return Measurer(cfg, tokenizer, a.latency_repeats)
+
+
+def dev_correctness(meas, model, tokenizer=None):
+    """Per dev example 1.0 / 0.0 (prediction equals gold) of ``model`` on the measurer's dev split, the same
+    examples for every variant: the input of ``verdict.paired_bootstrap``. None for regression tasks."""
+    import numpy as np
+
+    from ptmlab.data.encode import encode_split
+    from ptmlab.train.evaluate import evaluate
+
+    if meas.spec.kind == "regression":
+        return None
+    tok = tokenizer or meas.tokenizer
+    enc = encode_split(tok, meas.data.splits["dev"], meas.cfg.max_length)
+    _, preds = evaluate(model, enc, meas.spec, tok.pad_token_id or 0, meas.cfg.eval_batch_size)
+    return (np.asarray(preds) == np.asarray(enc.labels)).astype(float)
 
 
 def measure_run(meas, name: str, run: str | Path, **extra) -> dict:

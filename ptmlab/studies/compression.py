@@ -1,4 +1,19 @@
-"""Study ``compression`` (Q16): which compression family gives the best accuracy per size and per speed?
+"""Study ``compression`` (Q16): which compression family gives the best accuracy per size and per speed, and can
+a model be halved without losing accuracy?
+
+Claim: compressing a fine-tuned model to half its transformer-layer parameters (or to 8-bit weights) keeps its
+accuracy within one point. Source: Q16 (pruning, low rank, quantization, weight sharing, distillation; Gordon et al.
+2020, Zafrir et al. 2019 Q8BERT, Sanh et al. 2019). Paper: Q8BERT keeps BERT-base's GLUE accuracy within about 1%
+at 4x smaller; DistilBERT halves the layers and keeps 97% of the score; pruning 30-40% of weights costs nothing.
+
+Rule: even dev positions choose the most accurate compressed method, odd positions test it against the fine-tuned
+model (paired bootstrap, 95%): supported when the accuracy change's interval is above -tolerance (0.01), not
+supported when below it, otherwise inconclusive.
+
+In detail: dev examples at even positions choose the most accurate compressed method, odd positions test it against
+the fine-tuned model with a paired bootstrap over examples (95%): supported when the interval of its accuracy change
+lies above -tolerance (default 0.01), not supported when below -tolerance, inconclusive otherwise. The per-size and
+per-speed picks and the Pareto front are reported beside the verdict.
 
 From one fine-tuned model, every method aims at the same budget where it can: ``--keep`` of the transformer
 layers' parameters (embeddings are left alone by every method):
@@ -11,7 +26,8 @@ layers' parameters (embeddings are left alone by every method):
 
 Each row is the compression table's row (``ptmlab.compress.measure``: dev metric, parameters, size on disk,
 batch-1/32 latency, speed-up and size ratio against the fine-tuned model), with the layer-parameter share it
-landed at; the plot is the compression Pareto plot (dev against batch-32 latency).
+landed at; the plot is the compression Pareto plot (dev against batch-32 latency). ``--budget full``: mpnet and the
+whole dev set (one seed: the fine-tuned model every method starts from is the unit compared).
 """
 
 from __future__ import annotations
@@ -25,6 +41,18 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import SMALL_FINETUNE, command_config, parse_study_args, write_study
 from ptmlab.studies.compress_common import CompressStudyArgs
+from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, decide_above
+
+CLAIM = Claim(
+    study="compression",
+    claim="a fine-tuned model compressed to half its layer parameters (or to 8-bit weights) keeps its accuracy "
+          "within one point",
+    source="Q16; Zafrir et al. 2019 (Q8BERT), Sanh et al. 2019 (DistilBERT), Gordon et al. 2020",
+    paper="Q8BERT within about 1% of BERT-base at 4x smaller; DistilBERT keeps 97% with half the layers",
+    rule="even dev positions choose the most accurate compressed method, odd positions test it against the "
+         "fine-tuned model (paired bootstrap, 95%): supported when the accuracy change's interval is above "
+         "-tolerance (0.01), not supported when below it, otherwise inconclusive",
+)
 
 METHODS = ("prune", "lowrank", "share", "distill", "torch-int8", "onnx-int8")
 
@@ -78,6 +106,7 @@ def rank_ratio_for(model, keep: float) -> float:
 
 
 SMALL = {**SMALL_FINETUNE, "latency_repeats": 1, "importance_examples": 32}  # what --budget small runs (tests, CI)
+FULL = {"model": "mpnet", "max_eval": 0}  # what --budget full runs
 
 
 @STUDIES.register("compression", help="Q16: pruning, low rank, int8, sharing and distillation at one budget")
@@ -90,9 +119,9 @@ def run(argv: list[str]) -> int:
     from ptmlab.models.latency import parameter_count, size_on_disk_mb
     from ptmlab.models.structure import structure_of
     from ptmlab.models.zoo import load_model, load_tokenizer
-    from ptmlab.studies.compress_common import change_run, measure_run, measurer, once, start
+    from ptmlab.studies.compress_common import change_run, dev_correctness, measure_run, measurer, once, start
 
-    a = parse_study_args("compression", CompressionStudyArgs, argv, __doc__, small=SMALL)
+    a = parse_study_args("compression", CompressionStudyArgs, argv, __doc__, small=SMALL, full=FULL)
     out, ft = start(a)
     model = load_model(ft)
     meas = measurer(a, load_tokenizer(ft))
@@ -100,6 +129,7 @@ def run(argv: list[str]) -> int:
     total, in_layers = parameter_count(model), layer_params(model)
     k = min(n_layers - 1, max(1, round(a.keep * n_layers)))
     rows = [measure_run(meas, "fine-tuned (fp32)", ft, method="none", budget="all")]
+    correct = {"none": dev_correctness(meas, model)}
     for method in a.methods:
         run_dir = out / method
         if method == "prune":
@@ -134,6 +164,7 @@ def run(argv: list[str]) -> int:
                 atomic_save_file(int8_state(q), Path(tmp) / "model.safetensors")
                 size = round(size_on_disk_mb(Path(tmp) / "model.safetensors"), 2)
             rows.append(meas.row("torch int8 (dynamic)", q, size, params=total))
+            correct[method] = dev_correctness(meas, q)
             rows[-1]["budget"] = "all params, 8-bit"
         elif method == "onnx-int8":
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -142,10 +173,13 @@ def run(argv: list[str]) -> int:
                 fp = export_onnx(model, run_dir / "model_fp32.onnx")
                 onnx_int8(fp, q8)
                 fp.unlink()
-            rows.append(meas.row("onnx int8 (onnxruntime)", OrtModel(q8, model.config), round(size_on_disk_mb(q8), 2),
-                                 params=total))
+            ort = OrtModel(q8, model.config)
+            rows.append(meas.row("onnx int8 (onnxruntime)", ort, round(size_on_disk_mb(q8), 2), params=total))
+            correct[method] = dev_correctness(meas, ort)
             rows[-1]["budget"] = "all params, 8-bit"
         rows[-1]["method"] = method
+        if method not in correct:
+            correct[method] = dev_correctness(meas, load_model(str(run_dir)))
     for r in rows:
         m = None if r["method"] in ("none", "torch-int8", "onnx-int8") else load_model(str(out / r["method"]))
         r["layer_params_kept"] = 1.0 if m is None else round(layer_params(m) / in_layers, 3)
@@ -157,16 +191,36 @@ def run(argv: list[str]) -> int:
     cols = ["variant", "budget", "dev", "params", "layer_params_kept", "size_mb", "latency_b32_ms", "speedup_b32",
             "size_ratio", "pareto"]
     fig = pareto_figure(rows, front, f"{a.task}: dev {metric} against batch-32 latency")
-    write_study(out, f"Study: compression families at one budget ({a.task}, keep {a.keep:g})", rows,
-                verdict(rows, metric, a.tolerance),
+    v, chosen = decide(correct, a.tolerance)
+    write_study(out, f"Study: compression families at one budget ({a.task}, keep {a.keep:g})", rows, v,
                 [(fig, "pareto", "dev metric against batch-32 latency; the red line joins variants nothing beats "
                                  "on both")],
                 extra={"metric": metric, "fine_tuned": ft, "keep": a.keep, "params": total,
-                       "layer_params": in_layers}, columns=cols)
+                       "layer_params": in_layers, "summary": summary(rows, metric, a.tolerance),
+                       "chosen_method": chosen,
+                       "selection": "dev examples at even positions choose the method; odd positions report"},
+                columns=cols, claim=CLAIM, budget=a.budget, seeds=[a.seed])
     return 0
 
 
-def verdict(rows: list[dict], metric: str, tol: float) -> str:
+def decide(correct: dict, tol: float = 0.01) -> tuple[Verdict, str | None]:
+    """The rule of ``CLAIM`` on per-example dev correctness of the fine-tuned model (``none``) and of each method:
+    the verdict and the method chosen on the even half."""
+    from ptmlab.studies.common import choose_then_test
+
+    methods = {m: [c] for m, c in correct.items() if m != "none"}
+    if not methods:
+        return Verdict(INCONCLUSIVE, "no compression method ran"), None
+    if any(c is None for c in correct.values()):
+        return Verdict(INCONCLUSIVE, "no per-example correctness (a regression task): the bootstrap rule cannot "
+                                     "run"), None
+    chosen, _, est = choose_then_test(methods, [correct["none"]], "held-out accuracy change against the fine-tuned "
+                                                                  "model")
+    return decide_above(est, -tol, f"{chosen} (chosen on the even half): held-out accuracy change"), chosen
+
+
+def summary(rows: list[dict], metric: str, tol: float) -> str:
+    """The per-size and per-speed picks and the Pareto front, in words (beside the verdict)."""
     base, variants = rows[0], rows[1:]
     if not variants:
         return "no compression method ran."

@@ -1,16 +1,48 @@
 """Study ``distillation`` (Q16, Q18, Q20): at one student size and budget, does a teacher beat training the small
-model alone? Compares no teacher (the student fine-tuned on labels), soft_ce, DistilBERT (soft_ce + cosine),
-TinyBERT (embedding + hidden + attention, then soft_ce), MiniLM (relations + soft_ce) and PKD (+ soft_ce):
-dev metric, share of the teacher, agreement with the teacher, parameters and batch-32 CPU speed-up."""
+model alone?
+
+Claim: a student distilled from a fine-tuned teacher is more accurate than the same small model fine-tuned on the
+labels alone. Source: Q18/Q20 (DistilBERT, TinyBERT, MiniLM, Patient-KD). Paper: DistilBERT keeps 97% of BERT-base
+on GLUE; TinyBERT-4 gains several points over the same 4-layer model fine-tuned without distillation.
+
+Rule: even dev positions choose the best teacher-trained method, odd positions (seeds pooled) test it against the
+student trained alone: supported when the 95% paired-bootstrap interval of the accuracy gain is above 0, not
+supported when below 0, inconclusive when it includes 0; agreement with the teacher never decides.
+
+In detail: the methods compete fairly: every run's dev examples are split by position; even positions choose the
+best teacher-trained method, odd positions (seeds pooled) test it against the student trained alone with a paired
+bootstrap over examples (95%): supported when the accuracy gain's interval is above 0, not supported when below 0,
+inconclusive when it includes 0. Agreement with the teacher is reported but never decides (distillation optimises it
+by construction).
+
+Compares no teacher (the student fine-tuned on labels), soft_ce, DistilBERT (soft_ce + cosine), TinyBERT
+(embedding + hidden + attention, then soft_ce), MiniLM (relations + soft_ce) and PKD (+ soft_ce): dev metric, share
+of the teacher, agreement with the teacher, parameters and batch-32 CPU speed-up. Each method runs once per seed
+(``--seeds``; ``--budget full``: 0,1,2 and the whole dev set); the teacher is fine-tuned once.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ptmlab.core.config import opt
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import SMALL_FINETUNE, StudyArgs, parse_study_args, write_study
+from ptmlab.studies.common import FULL_FINETUNE, SMALL_FINETUNE, StudyArgs, parse_study_args, write_study
+from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, decide_above
+
+CLAIM = Claim(
+    study="distillation",
+    claim="a student distilled from a fine-tuned teacher beats the same small model fine-tuned on labels alone",
+    source="Q18/Q20; Sanh et al. 2019 (DistilBERT), Jiao et al. 2020 (TinyBERT)",
+    paper="DistilBERT keeps 97% of BERT-base's GLUE score; TinyBERT-4 is several points above the same 4-layer "
+          "model fine-tuned without a teacher",
+    rule="even dev positions choose the best teacher-trained method, odd positions (seeds pooled) test it against "
+         "the student trained alone: supported when the 95% paired-bootstrap interval of the accuracy gain is above "
+         "0, not supported when below 0, inconclusive when it includes 0; agreement with the teacher never decides",
+)
 
 METHODS = {
     "soft_ce": dict(losses=["soft_ce"]),
@@ -18,6 +50,9 @@ METHODS = {
     "tinybert": dict(losses=["soft_ce", "embedding_mse", "hidden_mse", "attention_mse"], intermediate_epochs=1.0),
     "minilm": dict(losses=["soft_ce", "minilm"]),
     "pkd": dict(losses=["soft_ce", "pkd"], layer_map="skip"),
+    # the TinyBERT recipe on the MobileBERT-style bottleneck student (--mobile): layer-by-layer feature maps and
+    # attention maps, then soft_ce; a different student, so its row is reported beside the others, never chosen
+    "mobilebert": dict(losses=["soft_ce", "embedding_mse", "hidden_mse", "attention_mse"], intermediate_epochs=1.0),
 }
 
 
@@ -27,8 +62,9 @@ class DistillationStudyArgs(StudyArgs):
     task: str = opt("", "task (default: sst2 when GLUE data is present, else tweets)")
     glue_dir: str | None = opt(None, "GLUE directory")
     student: str = opt("layers:3", "student size, the same for every method")
+    mobile: str = opt("mobile:3", "the MobileBERT-style student of method 'mobilebert' (mobile:LAYERS[xBOTTLENECK])")
     methods: list[str] = opt(["none", *METHODS], "methods: none (no teacher), soft_ce, distilbert, tinybert, "
-                                                 "minilm, pkd")
+                                                 "minilm, pkd, mobilebert")
     max_train: int = opt(2000, "training examples")
     max_eval: int = opt(500, "dev examples")
     max_length: int = opt(64, "max tokens")
@@ -49,7 +85,7 @@ def _teacher(a: DistillationStudyArgs, out: Path) -> str:
     return str(out / "teacher")
 
 
-def _distill(a: DistillationStudyArgs, teacher: str, method: str, out: Path) -> dict:
+def _distill(a: DistillationStudyArgs, teacher: str, method: str, out: Path, seed: int) -> dict:
     from ptmlab.core.config import build_config
     from ptmlab.core.rundir import RunDir
     from ptmlab.distill.config import DistillConfig
@@ -58,9 +94,10 @@ def _distill(a: DistillationStudyArgs, teacher: str, method: str, out: Path) -> 
     if (out / "summary.json").is_file() and not a.overwrite:
         return RunDir(out).summary()
     extra = METHODS.get(method, dict(losses=["soft_ce"], alpha=0.0))  # none: alpha 0 = labels only
-    values = dict(teacher=teacher, student=a.student, task=a.task, glue_dir=a.glue_dir, max_train=a.max_train,
+    student = a.mobile if method == "mobilebert" else a.student
+    values = dict(teacher=teacher, student=student, task=a.task, glue_dir=a.glue_dir, max_train=a.max_train,
                   max_eval=a.max_eval, max_length=a.max_length, epochs=a.epochs, lr=a.lr, batch_size=a.batch_size,
-                  seed=a.seed, output=str(out), overwrite=True, test=False, **extra)
+                  seed=seed, output=str(out), overwrite=True, test=False, **extra)
     return run_distill(build_config(DistillConfig, values, source="study"), command="study")
 
 
@@ -75,8 +112,10 @@ def _latency(run: str, texts: list[str]) -> float:
 SMALL = {
     **SMALL_FINETUNE,
     "student": "layers:1",
-    "methods": ["none", "soft_ce", "tinybert"],
+    "methods": ["none", "soft_ce", "tinybert", "mobilebert"],
+    "mobile": "mobile:1",
 }
+FULL = dict(FULL_FINETUNE)  # what --budget full runs: seeds 0,1,2 and the whole dev set
 
 
 @STUDIES.register("distillation", help="Q18/Q20: does a teacher beat training the small model alone? soft_ce, "
@@ -85,44 +124,56 @@ def run(argv: list[str]) -> int:
     from ptmlab.core.errors import PtmlabError
     from ptmlab.data.loaders import load_task
     from ptmlab.report.plots import bar_plot
+    from ptmlab.studies.common import dev_correct, seed_dir, seed_list
 
-    a = parse_study_args("distillation", DistillationStudyArgs, argv, __doc__, small=SMALL)
+    a = parse_study_args("distillation", DistillationStudyArgs, argv, __doc__, small=SMALL, full=FULL)
     bad = [m for m in a.methods if m != "none" and m not in METHODS]
     if bad:
         raise PtmlabError(f"unknown method '{bad[0]}': choose from none, {', '.join(METHODS)}")
+    seeds = seed_list(a)
     out = Path(a.output)
     teacher = _teacher(a, out)
     texts = load_task(a.task, a.glue_dir).splits["dev"].text[:64]
     t_lat = _latency(teacher, texts)
-    rows = []
+    rows, correct = [], {}
     for method in a.methods:
-        s = _distill(a, teacher, method, out / method)
+        runs = [seed_dir(out, method, seed, seeds) for seed in seeds]
+        summ = [_distill(a, teacher, method, run, seed) for run, seed in zip(runs, seeds, strict=True)]
+        correct[method] = [dev_correct(run) for run in runs]
+        s = summ[-1]
         main = s["main_metric"]
-        rows.append({"method": method, main: s["metrics"][main], "teacher_%": s["retained_pct"],
-                     "agreement": s["agreement_with_teacher"], "params": s["params"],
-                     "speedup_b32": round(t_lat / _latency(str(out / method), texts), 2),
+        rows.append({"method": method, "student": a.mobile if method == "mobilebert" else a.student,
+                     main: float(np.mean([x["metrics"][main] for x in summ])),
+                     "per_seed": [round(x["metrics"][main], 4) for x in summ],
+                     "teacher_%": round(float(np.mean([x["retained_pct"] for x in summ])), 2),
+                     "agreement": float(np.mean([x["agreement_with_teacher"] for x in summ])), "params": s["params"],
+                     "speedup_b32": round(t_lat / _latency(str(runs[-1]), texts), 2),
                      "train_seconds": s["train_seconds"]})
     teacher_score = s["teacher_metrics"][main]
-    rows.insert(0, {"method": "teacher", main: teacher_score, "teacher_%": 100.0, "agreement": 1.0,
+    rows.insert(0, {"method": "teacher", "student": "-", main: teacher_score, "teacher_%": 100.0, "agreement": 1.0,
                     "params": s["teacher_params"], "speedup_b32": 1.0, "train_seconds": None})
+    v, chosen = decide({m: c for m, c in correct.items() if m != "mobilebert"})  # the claim: the same student
     fig = bar_plot([r["method"] for r in rows], [r[main] for r in rows], f"dev {main}",
                    f"{a.task}: student {a.student}, {a.max_train} examples, {a.epochs:g} epochs")
-    write_study(out, f"Study: distillation ({a.student} on {a.task})", rows, verdict(rows, main),
-                [(fig, "methods", "dev metric per method (teacher first)")])
+    write_study(out, f"Study: distillation ({a.student} on {a.task})", rows, v,
+                [(fig, "methods", "dev metric per method (teacher first; mean over seeds)")],
+                extra={"chosen_method": chosen,
+                       "selection": "dev examples at even positions choose the method; odd positions report"},
+                claim=CLAIM, budget=a.budget, seeds=seeds)
     return 0
 
 
-def verdict(rows: list[dict], main: str) -> str:
-    by = {r["method"]: r for r in rows}
-    taught = [r for r in rows if r["method"] not in ("teacher", "none")]
-    if "none" not in by or not taught:
-        return "the study needs 'none' and at least one distillation method to compare."
-    best = max(taught, key=lambda r: (r[main], r["agreement"]))
-    alone = by["none"]
-    d = best[main] - alone[main]
-    beats = d > 0.005 or (abs(d) <= 0.005 and best["agreement"] > alone["agreement"] + 0.01)
-    return (f"the best teacher-trained student ({best['method']}: {best[main]:.4f} {main}, {best['teacher_%']}% of "
-            f"the teacher, agreement {best['agreement']:.3f}) {'beats' if beats else 'does not beat'} the same "
-            f"student trained alone ({alone[main]:.4f}, agreement {alone['agreement']:.3f}; {d:+.4f}), at "
-            f"{best['speedup_b32']}x the teacher's batch-32 speed with {best['params']:,} parameters: the claim that "
-            f"distillation helps a small model is {'supported' if beats else 'not supported'} here.")
+def decide(correct: dict[str, list[list[float] | None]]) -> tuple[Verdict, str | None]:
+    """The rule of ``CLAIM`` on per-seed, per-example dev correctness of each method (``correct["none"]``: the
+    student trained alone): the verdict and the method chosen on the even half."""
+    from ptmlab.studies.common import choose_then_test
+
+    taught = {m: c for m, c in correct.items() if m != "none"}
+    if "none" not in correct or not taught:
+        return Verdict(INCONCLUSIVE, "the study needs 'none' and at least one distillation method to compare"), None
+    if any(c is None for runs in correct.values() for c in runs):
+        return Verdict(INCONCLUSIVE, "no per-example correctness (a regression task): the bootstrap rule cannot "
+                                     "run"), None
+    chosen, _, est = choose_then_test(taught, correct["none"], "held-out accuracy gain over the student alone")
+    return decide_above(est, 0.0, f"{chosen} (chosen on the even half): held-out accuracy gain over the student "
+                                  f"trained alone"), chosen

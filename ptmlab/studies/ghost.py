@@ -1,20 +1,47 @@
 """Study ``ghost`` (GhostBERT, Huang et al. ACL 2021): do cheap ghost features recover what pruning removed?
 
+Claim: ghost modules (cheap depthwise-convolution features) added to a pruned model recover accuracy, beating both
+the same pruned model fine-tuned alone and a model pruned less to the same parameter count. Source: ACL 2021, Huang
+et al., "GhostBERT: Generate More Features with Cheap Operations for BERT". Paper: on GLUE, ghost modules on a
+BERT-base pruned to 1/2-1/12 width recover most of the loss (e.g. +0.5 to +2 average points over the pruned model).
+
+Rule: paired bootstrap over dev examples (seeds pooled, 95%) of ghost minus pruned and of ghost minus equal-size:
+supported when both intervals are above 0, not supported when either is below 0, otherwise inconclusive.
+
+In detail: two paired comparisons over dev examples (seeds pooled, 95% bootstrap): (b) ghost minus (a) pruned, and
+(b) ghost minus (c) equal-size. Each part is supported when its interval is above 0, not supported when below 0,
+inconclusive when it includes 0. Supported when both parts are, not supported when either is not, inconclusive
+otherwise.
+
 From one fine-tuned model, heads and FFN neurons are pruned (``--heads``/``--ffn``, default half of each; no
-recovery yet), then three variants get the same fine-tuning budget: (a) the pruned model, (b) the pruned model with
-ghost modules (``ptmlab ghost``), and (c) a model pruned less (``--params`` target) so that it has as many
-parameters as (b). GhostBERT's claim holds here when (b) beats both (a) and (c).
+recovery yet), then three variants get the same fine-tuning budget, once per seed (``--seeds``; ``--budget full``:
+seeds 0,1,2 and the whole dev set): (a) the pruned model, (b) the pruned model with ghost modules (``ptmlab
+ghost``), and (c) a model pruned less (``--params`` target) so that it has as many parameters as (b).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import SMALL_FINETUNE, parse_study_args, write_study
+from ptmlab.studies.common import FULL_FINETUNE, SMALL_FINETUNE, parse_study_args, write_study
 from ptmlab.studies.compress_common import CompressStudyArgs
+from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, combine, decide_above, paired_bootstrap
+
+CLAIM = Claim(
+    study="ghost",
+    claim="ghost modules on a pruned model beat the same pruned model and a model pruned less to the same size",
+    source="ACL 2021: Huang et al., GhostBERT: Generate More Features with Cheap Operations for BERT",
+    paper="GLUE: ghost modules on BERT-base pruned to 1/2-1/12 width recover most of the loss, about +0.5 to +2 "
+          "average points over the pruned model",
+    rule="paired bootstrap over dev examples (seeds pooled, 95%) of ghost minus pruned and of ghost minus "
+         "equal-size: supported when both intervals are above 0, not supported when either is below 0, otherwise "
+         "inconclusive",
+)
 
 
 @dataclass(frozen=True)
@@ -22,7 +49,6 @@ class GhostStudyArgs(CompressStudyArgs):
     heads: float = opt(0.5, "fraction of attention heads pruned, in [0, 1)")
     ffn: float = opt(0.5, "fraction of FFN neurons pruned in every layer, in [0, 1)")
     ghost_kernel: int = opt(3, "kernel size of the ghost modules' depthwise convolution (odd)")
-    tolerance: float = opt(0.005, "a dev difference within this counts as a tie")
     output: str = opt("runs/study-ghost", "output directory")
 
     def validate(self) -> None:
@@ -59,52 +85,76 @@ def equal_params_fraction(model, target: int) -> float:
 
 
 SMALL = {**SMALL_FINETUNE, "latency_repeats": 1, "importance_examples": 32}  # what --budget small runs (tests, CI)
+FULL = dict(FULL_FINETUNE)  # what --budget full runs: seeds 0,1,2 and the whole dev set
 
 
 @STUDIES.register("ghost", help="GhostBERT: pruned vs pruned + ghost modules vs pruned to equal parameters")
 def run(argv: list[str]) -> int:
     from ptmlab.models.latency import parameter_count
     from ptmlab.models.zoo import load_model, load_tokenizer
-    from ptmlab.studies.common import finetune_variant
-    from ptmlab.studies.compress_common import change_run, measure_run, measurer, prune_run, start
+    from ptmlab.studies.common import finetune_variant, seed_dir, seed_list
+    from ptmlab.studies.compress_common import change_run, dev_correctness, measure_run, measurer, prune_run, start
 
-    a = parse_study_args("ghost", GhostStudyArgs, argv, __doc__, small=SMALL)
+    a = parse_study_args("ghost", GhostStudyArgs, argv, __doc__, small=SMALL, full=FULL)
+    seeds = seed_list(a)
     out, ft = start(a)
     meas = measurer(a, load_tokenizer(ft))
     params_ft = parameter_count(load_model(ft))
 
     raw = out / "pruned-raw"
     prune_run(a, ft, raw, heads=a.heads, ffn=a.ffn)
-    finetune_variant(a, out / "pruned", model=str(raw), test=False)
-    g = change_run(a, "ghost", str(raw), out / "ghost", ghost_kernel=a.ghost_kernel)
-    target = g["params"]
-    if target >= params_ft:
-        raise PtmlabError(f"the ghost model has {target:,} parameters, no fewer than the unpruned {params_ft:,}: "
-                          f"prune more (--heads/--ffn) or use a smaller --ghost-kernel")
     equal_raw = out / "equal-raw"
-    frac = equal_params_fraction(load_model(ft), target)
-    prune_run(a, ft, equal_raw, heads=frac, ffn=frac)
-    finetune_variant(a, out / "equal", model=str(equal_raw), test=False)
+    frac = None
+    correct: dict[str, list] = {"pruned": [], "ghost": [], "equal": []}
+    for seed in seeds:
+        dirs = {k: seed_dir(out, k, seed, seeds) for k in correct}
+        finetune_variant(a, dirs["pruned"], model=str(raw), seed=seed, test=False)
+        g = change_run(a, "ghost", str(raw), dirs["ghost"], ghost_kernel=a.ghost_kernel, seed=seed)
+        target = g["params"]
+        if target >= params_ft:
+            raise PtmlabError(f"the ghost model has {target:,} parameters, no fewer than the unpruned {params_ft:,}: "
+                              f"prune more (--heads/--ffn) or use a smaller --ghost-kernel")
+        if frac is None:
+            frac = equal_params_fraction(load_model(ft), target)
+            prune_run(a, ft, equal_raw, heads=frac, ffn=frac)
+        finetune_variant(a, dirs["equal"], model=str(equal_raw), seed=seed, test=False)
+        for k, d in dirs.items():
+            correct[k].append(dev_correctness(meas, load_model(str(d))))
 
+    last = {k: seed_dir(out, k, seeds[-1], seeds) for k in correct}
     pruned_label = f"heads -{a.heads:.0%}, FFN -{a.ffn:.0%}"
     rows = [measure_run(meas, "fine-tuned (unpruned)", ft),
             measure_run(meas, f"pruned ({pruned_label}), no fine-tuning", raw),
-            measure_run(meas, "(a) pruned + fine-tuning", out / "pruned"),
-            measure_run(meas, "(b) pruned + ghost + fine-tuning", out / "ghost", ghost_params=g["ghost_params"]),
-            measure_run(meas, "(c) pruned to (b)'s params + fine-tuning", out / "equal")]
+            measure_run(meas, "(a) pruned + fine-tuning", last["pruned"]),
+            measure_run(meas, "(b) pruned + ghost + fine-tuning", last["ghost"], ghost_params=g["ghost_params"]),
+            measure_run(meas, "(c) pruned to (b)'s params + fine-tuning", last["equal"])]
     base = rows[0]
     for r in rows:
         r["speedup_b32"] = round(base["latency_b32_ms"] / r["latency_b32_ms"], 2)
         r.setdefault("ghost_params", 0)
+    for r, k in zip(rows[2:], ("pruned", "ghost", "equal"), strict=True):
+        if all(c is not None for c in correct[k]):
+            r["dev_mean_over_seeds"] = round(float(np.mean(np.concatenate(correct[k]))), 4)
     rows[-1]["params_vs_b"] = round(rows[-1]["params"] / rows[3]["params"] - 1, 4)
-    cols = ["variant", "dev", "params", "ghost_params", "size_mb", "latency_b32_ms", "speedup_b32"]
+    cols = ["variant", "dev", "dev_mean_over_seeds", "params", "ghost_params", "size_mb", "latency_b32_ms",
+            "speedup_b32"]
     fig = _plot(rows, meas.spec.main_metric)
     write_study(out, f"Study: GhostBERT ghost modules ({a.task}, kernel {a.ghost_kernel})", rows,
-                verdict(rows, meas.spec.main_metric, a.tolerance), [(fig, "ghost", "dev metric per variant")],
+                decide(correct), [(fig, "ghost", "dev metric per variant (the last seed's runs)")],
                 extra={"metric": meas.spec.main_metric, "fine_tuned": ft, "heads": a.heads, "ffn": a.ffn,
                        "ghost_kernel": a.ghost_kernel, "equal_params_fraction": frac},
-                columns=cols)
+                columns=cols, claim=CLAIM, budget=a.budget, seeds=seeds)
     return 0
+
+
+def decide(correct: dict[str, list]) -> Verdict:
+    """The rule of ``CLAIM`` on per-seed, per-example dev correctness of ``pruned``, ``ghost`` and ``equal``."""
+    if any(c is None for runs in correct.values() for c in runs):
+        return Verdict(INCONCLUSIVE, "no per-example correctness (a regression task): the bootstrap rule cannot run")
+    pooled = {k: np.concatenate([np.asarray(c, dtype=float) for c in runs]) for k, runs in correct.items()}
+    parts = [decide_above(paired_bootstrap(pooled["ghost"], pooled[k], f"accuracy of ghost minus {name}"), 0.0)
+             for k, name in (("pruned", "the same pruned model"), ("equal", "the equal-size pruned model"))]
+    return combine(parts)
 
 
 def _plot(rows: list[dict], metric: str):
@@ -112,20 +162,3 @@ def _plot(rows: list[dict], metric: str):
 
     names = ["unpruned", "pruned, no tuning", "(a) pruned", "(b) + ghost", "(c) equal params"]
     return bar_plot(names, [r["dev"] for r in rows], f"dev {metric}", "GhostBERT study")
-
-
-def verdict(rows: list[dict], metric: str, tol: float) -> str:
-    ft, _, a, b, c = rows
-    lost = ft["dev"] - a["dev"]
-    gain_a, gain_c = b["dev"] - a["dev"], b["dev"] - c["dev"]
-    recovered = (f"{gain_a / lost:.0%} of the {lost:.4f} that pruning + fine-tuning lost" if lost > tol
-                 else "pruning + fine-tuning lost nothing to recover")
-    beats_a, beats_c = gain_a > tol, gain_c > tol
-    state = ("supported" if beats_a and beats_c else "partly supported" if beats_a or beats_c else "not supported")
-    return (f"ghost modules ({b['ghost_params']:,} parameters, {b['params']:,} in all) give {b['dev']:.4f} {metric} "
-            f"against {a['dev']:.4f} for the same pruned model fine-tuned alone ({gain_a:+.4f}; {recovered}) and "
-            f"{c['dev']:.4f} for a model pruned less to the same size ({c['params']:,} parameters; {gain_c:+.4f}); "
-            f"the unpruned model has {ft['dev']:.4f}. Batch-32 speed-up over the unpruned model: ghost "
-            f"{b['speedup_b32']}x, pruned {a['speedup_b32']}x, equal-size {c['speedup_b32']}x. GhostBERT's claim "
-            f"that cheap ghost features recover accuracy and beat an equally large pruned model is {state} here "
-            f"(ties within {tol:g}; one seed).")

@@ -1,7 +1,22 @@
 """Study ``random-init`` (Q15): fine-tune the same architecture from pretrained and from random weights.
 
+Claim: pretrained weights beat random initialisation of the same architecture under the same fine-tuning budget.
+Source: Q15 (Kovaleva et al. 2019, "Revealing the Dark Secrets of BERT"; Hao et al. 2019). Paper: BERT-base
+pretrained vs randomly initialised on GLUE: pretraining ahead on every task, by a few points (MRPC) to tens of points
+(STS-B, CoLA).
+
+Rule: per seed, pretrained minus random averaged over the tasks; 95% t interval over seeds: supported when above 0,
+not supported when below 0, inconclusive when it includes 0 (ties at a degenerate score are flagged, not counted as
+losses).
+
+In detail: per seed, the margin (pretrained minus random, dev metric) is averaged over the tasks; the mean over
+seeds gets a 95% t interval (``--seeds``; one seed gives no interval). Supported when the interval is above 0, not
+supported when below 0, inconclusive when it includes 0. Per-task intervals are reported; a task where both
+initialisations sit at the same degenerate score (CoLA's MCC 0 when both predict one class) is flagged, not counted
+as a loss.
+
 Every available GLUE task (a subset of its training data, one budget: same examples, epochs, batch size and
-learning rate) is fine-tuned twice; the verdict says whether pretraining wins on every task and by how much.
+learning rate) is fine-tuned twice per seed. ``--budget full``: seeds 0,1,2, whole dev sets and mpnet.
 """
 
 from __future__ import annotations
@@ -9,9 +24,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ptmlab.core.config import opt
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import SMALL_FINETUNE, StudyArgs, finetune_variant, parse_study_args, write_study
+from ptmlab.studies.common import (
+    FULL_FINETUNE,
+    SMALL_FINETUNE,
+    StudyArgs,
+    finetune_variant,
+    parse_study_args,
+    seed_dir,
+    seed_list,
+    write_study,
+)
+from ptmlab.studies.verdict import Claim, Verdict, decide_above, mean_interval, paired_seeds
+
+CLAIM = Claim(
+    study="random-init",
+    claim="pretrained weights beat random initialisation of the same architecture under one fine-tuning budget",
+    source="Q15; Kovaleva et al. 2019 (Revealing the Dark Secrets of BERT)",
+    paper="BERT-base pretrained vs random init on GLUE: pretrained ahead on every task, by a few points (MRPC) to "
+          "tens of points (STS-B, CoLA)",
+    rule="per seed, pretrained minus random averaged over the tasks; 95% t interval over seeds: supported when above "
+         "0, not supported when below 0, inconclusive when it includes 0 (ties at a degenerate score are flagged, "
+         "not counted as losses)",
+)
 
 
 @dataclass(frozen=True)
@@ -45,32 +83,56 @@ def available(tasks: list[str], glue_dir: str | None) -> list[str]:
 
 
 SMALL = {**SMALL_FINETUNE, "tasks": ["tweets"]}  # what --budget small runs (tests, CI)
+FULL = {**FULL_FINETUNE, "model": "mpnet"}  # what --budget full runs
 
 
 @STUDIES.register("random-init", help="Q15: pretrained vs random initialisation under one fine-tuning budget")
 def run(argv: list[str]) -> int:
     from ptmlab.report.plots import bar_plot
 
-    a = parse_study_args("random-init", RandomInitArgs, argv, __doc__, small=SMALL)
+    a = parse_study_args("random-init", RandomInitArgs, argv, __doc__, small=SMALL, full=FULL)
     tasks = available(a.tasks, a.glue_dir) or ["tweets"]  # a fresh machine without GLUE: the built-in task
+    seeds = seed_list(a)
     out = Path(a.output)
-    rows = []
+    rows, margins = [], {}
     for t in tasks:
-        summ = {init: finetune_variant(a, out / f"{t}-{init}", task=t, random_init=init == "random", test=False)
-                for init in ("pretrained", "random")}
-        metric = summ["pretrained"]["main_metric"]
-        pre, rnd = (summ[k]["metrics"][metric] for k in ("pretrained", "random"))
-        rows.append({"task": t, "metric": metric, "pretrained": pre, "random": rnd, "margin": pre - rnd})
-    wins = [r for r in rows if r["margin"] > 0]
-    small = min(rows, key=lambda r: r["margin"])
-    margins = ", ".join(f"{r['task']} {r['margin']:+.3f}" for r in rows)
-    verdict = (f"pretraining wins on {len(wins)} of {len(rows)} tasks (margins {margins}; smallest on "
-               f"{small['task']}). The claim "
-               f"that pretrained weights beat random initialisation everywhere is "
-               f"{'supported' if len(wins) == len(rows) else 'not supported'} here.")
+        score = {}
+        for init in ("pretrained", "random"):
+            summ = [finetune_variant(a, seed_dir(out, f"{t}-{init}", seed, seeds), task=t, tasks=[], seed=seed,
+                                     random_init=init == "random", test=False) for seed in seeds]
+            metric = summ[0]["main_metric"]
+            score[init] = [x["metrics"][metric] for x in summ]
+        margins[t] = score
+        est = paired_seeds(score["pretrained"], score["random"], f"{t} {metric} margin")
+        rows.append({"task": t, "metric": metric, "pretrained": float(np.mean(score["pretrained"])),
+                     "random": float(np.mean(score["random"])), "margin": est.value,
+                     "low": _finite(est.low), "high": _finite(est.high), "degenerate_tie": degenerate(score)})
+    v = decide(margins)
     fig = bar_plot([f"{r['task']} {k}" for r in rows for k in ("pretrained", "random")],
                    [r[k] for r in rows for k in ("pretrained", "random")], "dev metric",
-                   f"{a.model}: {a.max_train} examples, {a.epochs:g} epochs")
-    write_study(out, f"Study: pretrained vs random init ({a.model})", rows, verdict,
-                [(fig, "random_init", "dev metric per task and initialisation")])
+                   f"{a.model}: {a.max_train} examples, {a.epochs:g} epochs, {len(seeds)} seed(s)")
+    write_study(out, f"Study: pretrained vs random init ({a.model})", rows, v,
+                [(fig, "random_init", "dev metric per task and initialisation (mean over seeds)")],
+                claim=CLAIM, budget=a.budget, seeds=seeds)
     return 0
+
+
+def _finite(x: float) -> float | None:
+    return x if np.isfinite(x) else None
+
+
+def degenerate(score: dict[str, list[float]]) -> bool:
+    """Both initialisations at the same score on every seed (e.g. MCC 0: both predict one class)."""
+    return all(abs(p - r) < 1e-9 for p, r in zip(score["pretrained"], score["random"], strict=True))
+
+
+def decide(scores: dict[str, dict[str, list[float]]]) -> Verdict:
+    """The rule of ``CLAIM``: ``scores[task]["pretrained" | "random"]`` are per-seed dev metrics."""
+    n_seeds = len(next(iter(scores.values()))["pretrained"])
+    per_seed = [float(np.mean([s["pretrained"][k] - s["random"][k] for s in scores.values()]))
+                for k in range(n_seeds)]
+    est = mean_interval(per_seed, "pretrained minus random, mean over tasks")
+    v = decide_above(est, 0.0)
+    ties = [t for t, s in scores.items() if degenerate(s)]
+    note = f" ({', '.join(ties)}: both initialisations at the same score, uninformative)" if ties else ""
+    return Verdict(v.outcome, f"{v.reason} over {len(scores)} task(s){note}", est)

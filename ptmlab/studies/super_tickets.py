@@ -1,21 +1,55 @@
 """Study ``super-tickets`` (Liang et al., ACL 2021, "Super Tickets in Pre-Trained Language Models").
 
-Heads and FFN neurons are scored on the fine-tuned model (``ptmlab.compress.importance``); for each ratio of the
-grid the same fraction of heads and of FFN neurons is removed from the *pretrained* model (the survivors keep their
-pretrained values: the base zoo model is loaded and the fine-tuned model's keep-masks applied with the pruning
-surgery), and every ticket is fine-tuned with the same budget. Ratio 0 is the unpruned pretrained model under that
-budget. The claim: mildly pruned tickets beat the unpruned model, and past a phase transition they fall below it.
+Claim: mildly pruned "super tickets" (heads and FFN neurons removed, survivors rewound to their pretrained values,
+then fine-tuned) beat the unpruned model under the same budget, and past a phase transition heavier pruning falls
+below it. Source: ACL 2021 (Liang et al.). Paper: BERT-base on GLUE dev, super tickets +0.6-1.0 points average over
+the full model, with the gain turning to a loss beyond roughly 40-60% of heads/FFN removed.
+
+Rule: dev examples at even positions choose the ratio, odd positions test it (seeds pooled); supported when the
+chosen ticket's held-out accuracy gain over the unpruned model has a 95% paired-bootstrap interval above 0 AND the
+most pruned ratio above it has an interval of its loss above 0; not supported when either interval lies wholly on
+the wrong side; otherwise inconclusive.
+
+In detail: every run's dev examples are split by position, even positions choose the best pruning ratio and odd
+positions test it, pooled over seeds. Part 1: the chosen ticket's accuracy gain over the unpruned model on the
+held-out half (paired bootstrap over examples, 95%) -- supported when the interval is above 0, not supported when
+below, inconclusive when it includes 0. Part 2 (the phase transition): the most heavily pruned ticket of the grid,
+if it is above the chosen ratio, must fall below the unpruned model on the held-out half (same bootstrap); no
+heavier ratio in the grid leaves part 2 inconclusive. Both parts supported: supported; either not: not supported;
+else inconclusive. Every ratio's held-out numbers are reported too, not only the chosen one.
+
+Method: heads and FFN neurons are scored on the fine-tuned model (``ptmlab.compress.importance``); for each ratio
+of the grid the same fraction of heads and of FFN neurons is removed from the *pretrained* model (the base zoo model
+loaded, the fine-tuned model's keep-masks applied with the pruning surgery), and every ticket is fine-tuned with the
+same budget, once per seed (``--seeds``; ``--budget full``: seeds 0,1,2, the whole dev set, mpnet). Ratio 0 is the
+unpruned pretrained model under that budget.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import SMALL_FINETUNE, parse_study_args, write_study
+from ptmlab.studies.common import FULL_FINETUNE, SMALL_FINETUNE, parse_study_args, write_study
 from ptmlab.studies.compress_common import CompressStudyArgs
+from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, combine, decide_above, paired_bootstrap
+
+CLAIM = Claim(
+    study="super-tickets",
+    claim="mildly pruned tickets rewound to pretrained weights beat the unpruned model; past a phase transition "
+          "heavier pruning falls below it",
+    source="ACL 2021: Liang et al., Super Tickets in Pre-Trained Language Models",
+    paper="BERT-base, GLUE dev: super tickets +0.6 to +1.0 points average over the full model; gains turn to losses "
+          "beyond about 40-60% of heads and FFN removed",
+    rule="dev examples at even positions choose the ratio, odd positions test it (seeds pooled); supported when the "
+         "chosen ticket's held-out accuracy gain over the unpruned model has a 95% paired-bootstrap interval above 0 "
+         "AND the most pruned ratio above it has an interval of its loss above 0; not supported when either "
+         "interval lies wholly on the wrong side; otherwise inconclusive",
+)
 
 
 @dataclass(frozen=True)
@@ -24,7 +58,6 @@ class SuperTicketsArgs(CompressStudyArgs):
                                                                        "together, each in [0, 1)")
     base: str = opt("", "the pretrained model the tickets rewind to (default: the model the fine-tuned run started "
                         "from)")
-    tolerance: float = opt(0.0, "a ticket must beat the unpruned model by more than this to count")
     output: str = opt("runs/study-super-tickets", "output directory")
 
     def validate(self) -> None:
@@ -48,16 +81,10 @@ def base_model(a: SuperTicketsArgs, ft: str) -> str:
 
 
 def build_ticket(base: str, keep_heads: dict, keep_ffn: dict, spec, labels, seed: int):
-    """The pretrained ``base`` with a task head (seeded) and everything but the kept heads / neurons removed."""
-    from ptmlab.compress.surgery import prune_structure
-    from ptmlab.core.seed import set_seed
-    from ptmlab.models.zoo import load_model
+    """The pretrained ``base`` with a task head for ``spec`` (seeded), rewound to the kept heads / neurons."""
+    from ptmlab.compress.tickets import build_ticket as rewind
 
-    set_seed(seed)
-    model = load_model(base, num_labels=spec.num_labels, regression=spec.kind == "regression", label_names=labels)
-    if keep_heads or keep_ffn:
-        prune_structure(model, heads=keep_heads, ffn=keep_ffn)
-    return model
+    return rewind(base, keep_heads, keep_ffn, spec.num_labels, spec.kind == "regression", labels, seed)
 
 
 # what --budget small runs (tests, CI)
@@ -65,8 +92,9 @@ SMALL = {
     **SMALL_FINETUNE,
     "latency_repeats": 1,
     "importance_examples": 32,
-    "ratios": ["0", "0.3"],
+    "ratios": ["0", "0.3", "0.6"],
 }
+FULL = {**FULL_FINETUNE, "model": "mpnet"}  # what --budget full runs
 
 
 @STUDIES.register("super-tickets", help="Liang et al.: rewound pruned tickets vs the unpruned model across ratios")
@@ -80,13 +108,14 @@ def run(argv: list[str]) -> int:
     from ptmlab.models.latency import parameter_count
     from ptmlab.models.loader import save_model
     from ptmlab.models.zoo import load_model, load_tokenizer
-    from ptmlab.studies.common import finetune_variant
+    from ptmlab.studies.common import dev_correct, finetune_variant, seed_dir, seed_list
     from ptmlab.studies.compress_common import parse_ratios, start
 
-    a = parse_study_args("super-tickets", SuperTicketsArgs, argv, __doc__, small=SMALL)
+    a = parse_study_args("super-tickets", SuperTicketsArgs, argv, __doc__, small=SMALL, full=FULL)
     ratios = parse_ratios(a.ratios)
     if 0.0 not in ratios:
         ratios = [0.0, *ratios]  # the unpruned model under the same budget is the reference line
+    seeds = seed_list(a)
     out, ft = start(a)
     base = base_model(a, ft)
     data = load_task_data(a)
@@ -103,33 +132,75 @@ def run(argv: list[str]) -> int:
     enc = encode_split(tokenizer, subset(data.splits["train"], a.importance_examples, a.seed), a.max_length)
     imp = compute_importance(a.importance, scored, enc, tokenizer.pad_token_id or 0)
     metric = spec.main_metric
-    rows = []
+    rows, correct = [], {}
     for r in ratios:
         name = f"ticket-{r:g}"
-        if r == 0:
-            s = finetune_variant(a, out / name, model=base, test=False)
-        else:
-            keep_h, keep_f = mask_to_keep(head_mask(imp, r)), mask_to_keep(ffn_mask(imp, r))
-            init = out / "tickets-init" / name
-            if not (init / "config.json").is_file() or a.overwrite:
-                save_model(build_ticket(base, keep_h, keep_f, spec, labels, a.seed), tokenizer, init)
-            s = finetune_variant(a, out / name, model=str(init), test=False)
-        rows.append({"ratio": r, metric: s["metrics"][metric], "params": s["params"],
-                     "heads": sum(heads_per_layer(load_model(str(out / name))))})
+        scores, correct[r] = [], []
+        for seed in seeds:
+            run_dir = seed_dir(out, name, seed, seeds)
+            if r == 0:
+                s = finetune_variant(a, run_dir, model=base, seed=seed, test=False)
+            else:
+                keep_h, keep_f = mask_to_keep(head_mask(imp, r)), mask_to_keep(ffn_mask(imp, r))
+                init = seed_dir(out / "tickets-init", name, seed, seeds)
+                if not (init / "config.json").is_file() or a.overwrite:
+                    save_model(build_ticket(base, keep_h, keep_f, spec, labels, seed), tokenizer, init)
+                s = finetune_variant(a, run_dir, model=str(init), seed=seed, test=False)
+            scores.append(s["metrics"][metric])
+            correct[r].append(dev_correct(run_dir))
+        rows.append({"ratio": r, metric: float(np.mean(scores)), "per_seed": [round(x, 4) for x in scores],
+                     "params": s["params"], "heads": sum(heads_per_layer(load_model(str(run_dir))))})
     ft_metric = _fine_tuned_metric(ft, metric)
     unpruned = rows[0][metric]
     for row in rows:
         row["vs_unpruned"] = round(row[metric] - unpruned, 4)
-    best = max(rows[1:], key=lambda x: (x[metric], x["ratio"])) if len(rows) > 1 else None
+    usable = all(c is not None for runs in correct.values() for c in runs)
+    v, chosen, held_out = decide(correct) if usable else (Verdict(
+        INCONCLUSIVE, f"{spec.name} has no per-example correctness (regression): the bootstrap rule cannot run"),
+        None, {})
+    for row in rows:
+        row["held_out_gain"] = held_out.get(row["ratio"])
+    best = next((row for row in rows if row["ratio"] == chosen), None)
     transition = phase_transition(rows, metric, unpruned)
     fig = _plot(rows, metric, unpruned, best, transition, a)
-    write_study(out, f"Study: super tickets ({base} on {a.task})", rows,
-                verdict(rows, metric, best, transition, a.tolerance),
+    write_study(out, f"Study: super tickets ({base} on {a.task})", rows, v,
                 [(fig, "super_tickets", f"dev {metric} of each ticket against the ratio of heads and FFN removed")],
                 extra={"metric": metric, "base": base, "fine_tuned": ft, "fine_tuned_dev": ft_metric,
-                       "unpruned_params": parameter_count(scored), "best_ticket": best,
-                       "phase_transition": transition, "importance": a.importance})
+                       "unpruned_params": parameter_count(scored), "chosen_ratio": chosen,
+                       "selection": "dev examples at even positions choose the ratio; odd positions report",
+                       "phase_transition_point_estimate": transition, "importance": a.importance},
+                claim=CLAIM, budget=a.budget, seeds=seeds)
     return 0
+
+
+def decide(correct: dict[float, list[list[float]]]) -> tuple[Verdict, float | None, dict[float, float]]:
+    """The rule of ``CLAIM`` on per-seed, per-example correctness of each ratio (``correct[0.0]`` the unpruned
+    model): the verdict, the chosen ratio and each ratio's held-out gain over the unpruned model."""
+    from ptmlab.studies.common import choose_then_test
+
+    unpruned = correct[0.0]
+    others = {r: c for r, c in correct.items() if r != 0.0}
+    if not others:
+        return Verdict(INCONCLUSIVE, "the grid has no ratio above 0 to compare with the unpruned model"), None, {}
+
+    def odd(runs):
+        return [x for run in runs for x in run[1::2]]
+
+    held_out = {r: round(float(np.mean(odd(c)) - np.mean(odd(unpruned))), 4) for r, c in others.items()}
+    held_out[0.0] = 0.0
+    chosen, _, est = choose_then_test({str(r): c for r, c in others.items()}, unpruned,
+                                      "held-out accuracy gain of the chosen ticket over the unpruned model")
+    chosen_r = float(chosen)
+    part1 = decide_above(est, 0.0, f"ticket {chosen_r:g} (chosen on the even half): held-out gain")
+    heavier = [r for r in others if r > chosen_r]
+    if heavier:
+        top = max(heavier)
+        loss = paired_bootstrap(odd(unpruned), odd(others[top]), "held-out accuracy loss of the most pruned ticket")
+        part2 = decide_above(loss, 0.0, f"ticket {top:g} (most pruned): held-out loss against the unpruned model")
+    else:
+        part2 = Verdict(INCONCLUSIVE, f"no ratio above the chosen {chosen_r:g} in the grid: the phase transition is "
+                                      f"not tested")
+    return combine([part1, part2]), chosen_r, held_out
 
 
 def _fine_tuned_metric(ft: str, metric: str):
@@ -142,7 +213,8 @@ def _fine_tuned_metric(ft: str, metric: str):
 
 
 def phase_transition(rows: list[dict], metric: str, unpruned: float) -> float | None:
-    """The first ratio from which every ticket is below the unpruned model (None: never, in this grid)."""
+    """The first ratio from which every ticket's mean is below the unpruned model (None: never, in this grid): a
+    point estimate for the plot; the verdict rests on ``decide``."""
     below = None
     for row in rows[1:]:
         if row[metric] < unpruned:
@@ -168,20 +240,3 @@ def _plot(rows, metric, unpruned, best, transition, a):
     ax.set_title(f"super tickets: {a.max_train} examples, {a.epochs:g} epoch(s) each")
     ax.legend(fontsize=7)
     return fig
-
-
-def verdict(rows: list[dict], metric: str, best: dict | None, transition: float | None, tol: float) -> str:
-    unpruned = rows[0][metric]
-    if best is None:
-        return "the study needs at least one ratio above 0 to compare tickets with the unpruned model."
-    margin = best[metric] - unpruned
-    wins = margin > tol
-    trans = (f"from ratio {transition:g} on every ticket is below the unpruned model (phase transition)"
-             if transition is not None else "no ticket in the grid falls below the unpruned model for good, so no "
-                                            "phase transition shows")
-    after_best = transition is not None and transition > best["ratio"]
-    state = "supported" if wins and after_best else "partly supported" if wins else "not supported"
-    return (f"the best ticket removes {best['ratio']:.0%} of heads and FFN neurons ({best['params']:,} parameters) "
-            f"and reaches {best[metric]:.4f} {metric}, {margin:+.4f} against the unpruned model under the same "
-            f"budget ({unpruned:.4f}); {trans}. The claim that mildly pruned super tickets beat the full model "
-            f"before a phase transition is {state} here (one seed; differences of a point are within dev-set noise).")

@@ -70,8 +70,26 @@ class Frozen(Strategy):
         return model
 
 
-@STRATEGIES.register("gradual-unfreeze", help="ULMFiT: start with the head, unfreeze one layer group per epoch "
-                                              "(or every --unfreeze-every steps) from the top")
+def unfreeze_every(cfg, steps_per_epoch: int, groups: int) -> int:
+    """Steps between unfreezing two layer groups: ``--unfreeze-every``, else the whole training budget spread evenly
+    over the groups (ULMFiT unfreezes one group per epoch over as many epochs as groups; with fewer epochs than
+    groups, one per epoch would leave the lower layers frozen for good)."""
+    if cfg.unfreeze_every:
+        return cfg.unfreeze_every
+    import math
+
+    total = cfg.max_steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
+    return max(1, total // max(1, groups))
+
+
+def unfreeze_schedule(names: list[str], every: int) -> list[dict]:
+    """The step at which each layer group (top first, as ``depth_groups`` names them) starts training."""
+    return [{"group": name, "from_step": i * every} for i, name in enumerate(names)]
+
+
+@STRATEGIES.register("gradual-unfreeze", help="ULMFiT: start with the head, unfreeze one layer group at a time from "
+                                              "the top, spread evenly over the training steps (or every "
+                                              "--unfreeze-every steps)")
 class GradualUnfreeze(Strategy):
     name = "gradual-unfreeze"
 
@@ -81,8 +99,8 @@ class GradualUnfreeze(Strategy):
         return model
 
     def update(self, model, step, epoch, steps_per_epoch):
-        every = self.cfg.unfreeze_every or steps_per_epoch
-        stage = min(step // max(1, every), len(self.groups) - 1)
+        every = unfreeze_every(self.cfg, steps_per_epoch, len(self.groups))
+        stage = min(step // every, len(self.groups) - 1)
         if stage == self.stage:
             return
         self.stage = stage

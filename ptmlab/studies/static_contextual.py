@@ -1,0 +1,219 @@
+"""Study ``static-vs-contextual`` (Q1: the first generation of PTMs): do contextual representations beat static
+word embeddings on the same tasks with the same classifier?
+
+Claim: contextual encoders (second-generation PTMs) give better sentence features than static word embeddings
+(first generation: word2vec/GloVe, one vector per word whatever its context). Source: Q1 (the PTM survey's two
+generations); Peters et al. 2018 (ELMo) and Devlin et al. 2019 report large gains over static-embedding baselines.
+
+Rule: per task, 95% paired bootstrap over dev examples (seeds pooled) of the accuracy gain of frozen contextual
+features over static embeddings, same logistic-regression head: supported when above 0 on every task, not supported
+when below 0 on any task, inconclusive otherwise.
+
+The three systems, per task and seed, on the same training subset and the same dev examples:
+
+- static: the model's own input (word-piece) embeddings, mean-pooled over the sentence's real non-special tokens
+  (no contextualisation at all), then a standardised logistic regression trained on the training subset;
+- contextual (frozen): the same model's last hidden state, mean-pooled over the same tokens, the same head;
+- fine-tuned: the whole encoder fine-tuned on the task (``finetune_variant``), reported beside the rule.
+
+Using the same model's input embeddings keeps vocabulary and width equal, so only contextualisation differs (no
+word-vector library is installed, so no word2vec baseline is trained). Tasks: sst2 and cola (single sentences); without
+the GLUE data they are skipped with the reason and the built-in tweets task runs instead. ``--budget small``: the
+tiny model, tweets, one seed; default and full: three seeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ptmlab.core.config import opt
+from ptmlab.core.errors import PtmlabError
+from ptmlab.studies import STUDIES
+from ptmlab.studies.common import FULL_FINETUNE, SMALL_FINETUNE, StudyArgs, parse_study_args, write_study
+from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Estimate, Verdict, combine, decide_above, paired_bootstrap
+
+CLAIM = Claim(
+    study="static-vs-contextual",
+    claim="contextual representations beat static word embeddings as features for the same classifier",
+    source="Q1 (first vs second generation of PTMs); Peters et al. 2018 (ELMo), Devlin et al. 2019 (BERT)",
+    paper="ELMo adds 2-7 points over GloVe-based baselines on six tasks; BERT-base SST-2 93.5 vs ~87-90 for "
+          "static-embedding models",
+    rule="per task, 95% paired bootstrap over dev examples (seeds pooled) of the accuracy gain of frozen contextual "
+         "features over static embeddings, same logistic-regression head: supported when above 0 on every task, not "
+         "supported when below 0 on any task, inconclusive otherwise",
+)
+GLUE_TASKS = ["sst2", "cola"]
+
+
+@dataclass(frozen=True)
+class StaticContextualArgs(StudyArgs):
+    model: str = opt("minilm", "encoder whose input embeddings and hidden states are compared")
+    tasks: list[str] = opt(GLUE_TASKS, "classification tasks (GLUE tasks are skipped, with the reason, without the "
+                                       "GLUE data; then tweets runs)")
+    glue_dir: str | None = opt(None, "GLUE directory")
+    max_train: int = opt(2000, "training examples (linear heads and fine-tuning)")
+    max_eval: int = opt(500, "dev examples (0: all)")
+    max_length: int = opt(64, "max tokens")
+    seeds: list[str] = opt(["0", "1", "2"], "seeds (each one draws its own training subset and fine-tuning run)")
+    finetune: bool = opt(True, "also fine-tune the encoder (reported beside the rule)")
+    probe_c: float = opt(0.0, "inverse L2 strength of the logistic-regression head (0: chosen by 3-fold "
+                              "cross-validation on the training subset, separately for each system)")
+    output: str = opt("runs/study-static-contextual", "output directory")
+
+
+SMALL = {**SMALL_FINETUNE, "tasks": ["tweets"], "seeds": ["0"]}  # what --budget small runs (tests, CI)
+FULL = {**FULL_FINETUNE}  # seeds 0,1,2 and the whole dev set
+
+
+def pooled_features(model, enc, pad_id: int, special_ids: set[int], batch_size: int = 64) -> tuple[np.ndarray, ...]:
+    """(static, contextual) sentence features [N, H]: the input word-piece embeddings and the last hidden state,
+    each mean-pooled over the real non-special tokens (all real tokens when a sentence has no other)."""
+    import torch
+
+    from ptmlab.data.batching import collate
+    from ptmlab.models.loader import model_inputs
+    from ptmlab.models.structure import structure_of
+
+    s = structure_of(model)
+    encoder = s.encoder(model)
+    words = encoder.get_submodule(s.word_embeddings)
+    model.eval()
+    static, contextual = [], []
+    with torch.no_grad():
+        for start in range(0, len(enc), batch_size):
+            batch = collate(enc, list(range(start, min(start + batch_size, len(enc)))), pad_id)
+            ids, real = batch["input_ids"], batch["attention_mask"].bool()
+            keep = real & ~torch.isin(ids, torch.tensor(sorted(special_ids), dtype=ids.dtype))
+            keep = torch.where(keep.any(1, keepdim=True), keep, real)[..., None].float()
+            hidden = encoder(**model_inputs(model, batch))[0]
+            for out, x in ((static, words(ids)), (contextual, hidden)):
+                out.append(((x.float() * keep).sum(1) / keep.sum(1)).numpy())
+    return np.concatenate(static), np.concatenate(contextual)
+
+
+PROBE_CS = (1e-3, 1e-2, 1e-1, 1.0, 10.0)  # the L2 strengths cross-validation chooses from
+
+
+def probe(train_x: np.ndarray, train_y, dev_x: np.ndarray, dev_y, c: float = 0.0, seed: int = 0) -> list[float]:
+    """A standardised logistic regression trained on ``train_x`` (``c`` 0: its L2 strength chosen by 3-fold
+    cross-validation on the training data, so neither feature set is favoured by a fixed regulariser); per dev
+    example 1.0 / 0.0 correctness."""
+    from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    counts = np.unique(np.asarray(train_y), return_counts=True)[1]
+    if len(counts) < 2:
+        raise PtmlabError("the training subset has one label only: raise --max-train")
+    if c > 0 or counts.min() < 3:
+        lr = LogisticRegression(C=c or 1.0, max_iter=2000, random_state=seed)
+    else:
+        lr = LogisticRegressionCV(Cs=list(PROBE_CS), cv=3, scoring="neg_log_loss", max_iter=2000, random_state=seed)
+    head = make_pipeline(StandardScaler(), lr)
+    head.fit(train_x, np.asarray(train_y))
+    return (head.predict(dev_x) == np.asarray(dev_y)).astype(float).tolist()
+
+
+def resolve_tasks(a: StaticContextualArgs) -> tuple[list[str], list[str]]:
+    """(tasks to run, reasons for the skipped ones): GLUE tasks need the GLUE data; with none left, tweets."""
+    from ptmlab.data.loaders import default_glue_dir
+    from ptmlab.data.tasks import TASKS
+
+    unknown = [t for t in a.tasks if t not in TASKS]
+    if unknown:
+        raise PtmlabError(f"unknown task '{unknown[0]}': choose from {', '.join(TASKS.names())}")
+    glue = a.glue_dir or default_glue_dir()
+
+    def present(t: str) -> bool:
+        folder = TASKS.get(t).glue_dir
+        return not folder or bool(glue and (Path(glue) / folder / "train.tsv").is_file())
+
+    run = [t for t in a.tasks if present(t)]
+    skipped = [f"{t}: skipped, GLUE data not found (pass --glue-dir)" for t in a.tasks if t not in run]
+    regression = [t for t in run if TASKS.get(t).kind == "regression"]
+    if regression:
+        raise PtmlabError(f"task '{regression[0]}' is a regression task: this study compares classifiers, pick "
+                          f"classification tasks")
+    return run or ["tweets"], skipped
+
+
+def _task_seed(a: StaticContextualArgs, task: str, seed: int, out: Path, model, tokenizer) -> dict:
+    from ptmlab.data.encode import encode_split
+    from ptmlab.data.taskdata import load_task_data
+    from ptmlab.studies.common import command_config, dev_correct, finetune_variant
+    from ptmlab.train.args import FinetuneConfig
+
+    cfg = command_config(a, FinetuneConfig, task=task, seed=seed, output=str(out / "finetuned"), tasks=[])
+    data = load_task_data(cfg)
+    enc = {k: encode_split(tokenizer, data.splits[k], a.max_length) for k in ("train", "dev")}
+    pad, special = tokenizer.pad_token_id or 0, set(tokenizer.all_special_ids)
+    feats = {k: pooled_features(model, e, pad, special) for k, e in enc.items()}
+    res = {"dev_examples": len(enc["dev"]), "train_examples": len(enc["train"])}
+    for i, name in enumerate(("static", "contextual")):
+        res[name] = probe(feats["train"][i], enc["train"].labels, feats["dev"][i], enc["dev"].labels, a.probe_c,
+                          seed)
+    if a.finetune:
+        finetune_variant(a, out / "finetuned", task=task, seed=seed, test=False)
+        tuned = dev_correct(out / "finetuned")
+        res["finetuned"] = tuned if tuned is not None and len(tuned) == len(res["static"]) else None
+    return res
+
+
+@STUDIES.register("static-vs-contextual", help="Q1: static (input) embeddings vs contextual features vs "
+                                               "fine-tuning, same linear head")
+def run(argv: list[str]) -> int:
+    from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.studies.common import seed_dir, seed_list
+
+    a = parse_study_args("static-vs-contextual", StaticContextualArgs, argv, __doc__, small=SMALL, full=FULL)
+    tasks, skipped = resolve_tasks(a)
+    seeds = seed_list(a)
+    out = Path(a.output)
+    model, tokenizer = load_model(a.model, task_head=False), load_tokenizer(a.model)
+    rows, correct = [], {}
+    for task in tasks:
+        per_seed = [_task_seed(a, task, s, seed_dir(out / task, "runs", s, seeds), model, tokenizer) for s in seeds]
+        correct[task] = {k: [r[k] for r in per_seed] for k in ("static", "contextual", "finetuned")
+                         if all(r.get(k) is not None for r in per_seed)}
+        for system, runs in correct[task].items():
+            accs = [float(np.mean(r)) for r in runs]
+            rows.append({"task": task, "system": system, "accuracy": float(np.mean(accs)),
+                         "per_seed": [round(x, 4) for x in accs], "ci_95": None,
+                         "dev_examples": per_seed[0]["dev_examples"], "train_examples": per_seed[0]["train_examples"]})
+    v, estimates = decide(correct)
+    for task, est in estimates.items():
+        rows.append({"task": task, "system": "contextual - static (paired bootstrap)", "accuracy": est.value,
+                     "ci_95": [round(est.low, 4), round(est.high, 4)]})
+    write_study(out, f"Study: static vs contextual embeddings ({a.model})", rows, v,
+                extra={"skipped": skipped, "tasks": tasks,
+                       "finetuned_minus_static": {t: paired_bootstrap(_pool(c["finetuned"]), _pool(c["static"]),
+                                                                      "accuracy gain of fine-tuning over static")
+                                                  .to_dict() for t, c in correct.items() if "finetuned" in c}},
+                claim=CLAIM, budget=a.budget, seeds=seeds)
+    for reason in skipped:
+        print(reason)
+    return 0
+
+
+def _pool(runs: list[list[float]]) -> list[float]:
+    return [x for r in runs for x in r]
+
+
+def decide(correct: dict[str, dict[str, list[list[float]]]]) -> tuple[Verdict, dict[str, Estimate]]:
+    """The rule of ``CLAIM``: ``correct[task]["static" | "contextual"]`` are per-seed, per-dev-example 1/0
+    correctness in the same example order. Returns the verdict and each task's estimate."""
+    if not correct:
+        return Verdict(INCONCLUSIVE, "no task ran"), {}
+    parts, estimates = [], {}
+    for task, c in correct.items():
+        if "static" not in c or "contextual" not in c:
+            parts.append(Verdict(INCONCLUSIVE, f"{task}: static or contextual results missing"))
+            continue
+        est = paired_bootstrap(_pool(c["contextual"]), _pool(c["static"]),
+                               f"{task}: accuracy gain of contextual over static features")
+        estimates[task] = est
+        parts.append(decide_above(est, 0.0))
+    return combine(parts), estimates
