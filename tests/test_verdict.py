@@ -69,3 +69,11 @@ def test_combine_and_validation():
         Verdict("probably", "x")
     with pytest.raises(ValueError):
         paired_seeds([1, 2], [1], "x")
+
+
+def test_one_run_estimate_writes_standard_json():
+    import json
+
+    d = decide_above(paired_seeds([0.9], [0.1], "gain")).to_dict()
+    text = json.dumps(d, allow_nan=False)  # raises on Infinity/NaN
+    assert json.loads(text)["estimate"]["low"] is None and json.loads(text)["estimate"]["value"] == pytest.approx(0.8)

@@ -52,7 +52,12 @@ class Estimate:
     method: str                 # "paired t over 3 seeds (95%)", "paired bootstrap over 872 examples (95%)"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Standard JSON: an unbounded end (one run, no interval) is written as null."""
+        d = asdict(self)
+        for k in ("value", "low", "high"):
+            if not math.isfinite(d[k]):
+                d[k] = None
+        return d
 
     def text(self, digits: int = 4) -> str:
         return f"{self.value:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}] ({self.method})"
