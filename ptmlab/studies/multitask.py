@@ -85,21 +85,28 @@ def available(tasks: list[str], glue_dir: str | None) -> list[str]:
     return out
 
 
-@STUDIES.register("multitask", help="Q18 MT-DNN: multi-task vs single-task fine-tuning on the small GLUE tasks")
-def run(argv: list[str]) -> int:
+def tasks_with_data(a, what: str) -> tuple[list[str], list[str]]:
+    """The study's tasks that have data here and the small ones among them; one-line errors when too few."""
     from ptmlab.data.multitask import parse_tasks
-    from ptmlab.report.plots import bar_plot
 
-    a = parse_study_args("multitask", MultitaskStudyArgs, argv, __doc__, small=SMALL, full=FULL)
     parse_tasks(a.tasks)
     tasks = available(a.tasks, a.glue_dir)
     if len(tasks) < 2:
         raise PtmlabError(f"only {', '.join(tasks) or 'no task'} of --tasks {','.join(a.tasks)} has data here: "
-                          f"multi-task training needs two or more (GLUE data in ../shared/data/glue or --glue-dir)")
+                          f"{what} needs two or more (GLUE data in ../shared/data/glue or --glue-dir)")
     small = [t for t in a.small_tasks if t in tasks]
     if not small:
         raise PtmlabError(f"none of --small-tasks {','.join(a.small_tasks)} is among the tasks with data "
                           f"({', '.join(tasks)}): name small tasks that are trained")
+    return tasks, small
+
+
+@STUDIES.register("multitask", help="Q18 MT-DNN: multi-task vs single-task fine-tuning on the small GLUE tasks")
+def run(argv: list[str]) -> int:
+    from ptmlab.report.plots import bar_plot
+
+    a = parse_study_args("multitask", MultitaskStudyArgs, argv, __doc__, small=SMALL, full=FULL)
+    tasks, small = tasks_with_data(a, "multi-task training")
     seeds = seed_list(a)
     out = Path(a.output)
     single: dict[str, list[float]] = {t: [] for t in tasks}

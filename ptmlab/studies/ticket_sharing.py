@@ -129,23 +129,14 @@ def overlap(tickets: dict[str, dict], seed: int) -> dict:
 def run(argv: list[str]) -> int:
     from ptmlab.compress.surgery import mask_to_keep
     from ptmlab.compress.tickets import build_ticket, check_ticket, share
-    from ptmlab.data.multitask import parse_tasks
     from ptmlab.data.taskdata import label_names, load_task_data
     from ptmlab.models.loader import save_model
     from ptmlab.models.zoo import load_tokenizer
     from ptmlab.report.plots import bar_plot
-    from ptmlab.studies.multitask import available
+    from ptmlab.studies.multitask import tasks_with_data
 
     a = parse_study_args("ticket-sharing", TicketSharingArgs, argv, __doc__, small=SMALL, full=FULL)
-    parse_tasks(a.tasks)
-    tasks = available(a.tasks, a.glue_dir)
-    if len(tasks) < 2:
-        raise PtmlabError(f"only {', '.join(tasks) or 'no task'} of --tasks {','.join(a.tasks)} has data here: "
-                          f"ticket sharing needs two or more (GLUE data in ../shared/data/glue or --glue-dir)")
-    small = [t for t in a.small_tasks if t in tasks]
-    if not small:
-        raise PtmlabError(f"none of --small-tasks {','.join(a.small_tasks)} is among the tasks with data "
-                          f"({', '.join(tasks)}): name small tasks that are trained")
+    tasks, small = tasks_with_data(a, "ticket sharing")
     seeds = seed_list(a)
     out = Path(a.output)
     first = load_task_data(replace(a, task=tasks[0]))
