@@ -13,9 +13,28 @@ from ptmlab.studies import load_all
 from tests.conftest import SHARED
 
 STUDIES = load_all()
+# studies whose --budget small run already happens end to end in their own test (which checks results.json and
+# report.html too): running them again here would double the suite's slowest tests
+COVERED_ELSEWHERE = {
+    "objectives": "tests/test_pretrain_studies.py", "span-corruption": "tests/test_pretrain_studies.py",
+    "domain-adaptation": "tests/test_pretrain_studies.py", "tokenizers-downstream": "tests/test_pretrain_studies.py",
+    "multilingual-distillation": "tests/test_multilingual.py", "multitask": "tests/test_multitask.py",
+    "static-vs-contextual": "tests/test_static_contextual.py", "ticket-sharing": "tests/test_ticket_sharing.py",
+    "layer-ablation": "tests/test_study_suite.py",
+}
 
 
-@pytest.mark.parametrize("name", sorted(STUDIES.names()))
+def test_studies_covered_elsewhere_are_run_there():
+    from tests.conftest import ROOT
+
+    for name, test_file in COVERED_ELSEWHERE.items():
+        assert name in STUDIES.names(), name
+        text = (ROOT / test_file).read_text()
+        assert f'"{name}"' in text or f"studies.{name.replace('-', '_')} import run" in text, (name, test_file)
+        assert '"--budget", "small"' in text, test_file
+
+
+@pytest.mark.parametrize("name", sorted(set(STUDIES.names()) - set(COVERED_ELSEWHERE)))
 def test_registered_study_runs_on_a_small_budget(name, tmp_path, capsys):
     out = tmp_path / name
     try:
