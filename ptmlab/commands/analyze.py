@@ -1,4 +1,5 @@
-"""``ptmlab analyze heads|layers|attention|explanation RUN --task T`` and ``ptmlab analyze anomaly --model M``."""
+"""``ptmlab analyze heads|layers|attention|explanation|adversarial-attention RUN --task T`` and ``ptmlab analyze
+anomaly --model M``."""
 
 from __future__ import annotations
 
@@ -19,14 +20,18 @@ class AnalyzeConfig(DataArgs):
                          choices=["auto", "fp32", "bf16"])
     examples: int = opt(3, "attention: examples whose attention maps are plotted")
     permutations: int = opt(10, "explanation: attention permutations per example")
+    epsilon: float = opt(0.01, "adversarial-attention: largest output change allowed (total variation distance)")
+    adv_steps: int = opt(100, "adversarial-attention: Adam steps of the search per example")
     seed: int = opt(42, "seed for --max-eval subsets and permutations")
     overwrite: bool = opt(False, "replace an existing analysis in --output")
 
     def validate(self) -> None:
         self.validate_data()
-        for name in ("batch_size", "permutations"):
+        for name in ("batch_size", "permutations", "adv_steps"):
             if getattr(self, name) < 1:
                 raise PtmlabError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.epsilon < 1:
+            raise PtmlabError(f"--epsilon must be in (0, 1) (an output total variation distance), got {self.epsilon}")
         if self.examples < 0:
             raise PtmlabError(f"--examples must be >= 0, got {self.examples}")
 
@@ -61,7 +66,7 @@ class AnomalyConfig:
             raise PtmlabError("--per-phenomenon and --heatmap-pairs must be >= 0")
 
 
-KINDS = ("heads", "layers", "attention", "explanation")
+KINDS = ("heads", "layers", "attention", "explanation", "adversarial-attention")
 
 
 def register(sub) -> None:
@@ -70,7 +75,9 @@ def register(sub) -> None:
     helps = {"heads": "remove / make uniform each head in turn and measure the dev metric",
              "layers": "remove / make uniform each layer in turn and measure the dev metric",
              "attention": "attention maps, entropy per head and pattern types per layer",
-             "explanation": "attention vs gradient / leave-one-out importance (Kendall tau), permutation test"}
+             "explanation": "attention vs gradient / leave-one-out importance (Kendall tau), permutation test",
+             "adversarial-attention": "last-layer [CLS] attention as different as possible (JSD) with the output "
+                                      "within --epsilon (Jain & Wallace)"}
     for kind in KINDS:
         q = verbs.add_parser(kind, help=helps[kind])
         q.add_argument("model", metavar="RUN_DIR_OR_MODEL")
@@ -85,7 +92,7 @@ def register(sub) -> None:
 
 
 def run_task_analysis(args: argparse.Namespace) -> int:
-    from ptmlab.analysis import runs
+    from ptmlab.analysis import adversarial, runs  # noqa: F401  (adversarial registers adversarial-attention)
     from ptmlab.core.rundir import RunDir, check_output_dir
     from ptmlab.core.seed import configure_threads, set_seed
 
@@ -98,7 +105,7 @@ def run_task_analysis(args: argparse.Namespace) -> int:
     check_output_dir(Path(cfg.output), cfg.overwrite)
     set_seed(cfg.seed)
     summary = runs.ANALYSES.get(args.kind)(args.model, cfg, lambda: _create(cfg, args))
-    print(runs.headline(args.kind, summary))
+    print(summary.get("headline") or runs.headline(args.kind, summary))
     print(f"report: {RunDir(cfg.output).file('report.html')}")
     return 0
 

@@ -1,6 +1,7 @@
 """Student builders: ``layers:K`` / ``layers:0,2,4`` (teacher layers kept, DistilBERT-style),
 ``shrink:layers=4,hidden=312,heads=12,ffn=1200[,init=teacher|random]`` (a smaller config, sliced from the teacher
-or random), ``bilstm[:hidden=256,embed=384]`` and ``cnn[:filters=128]``, or any zoo model / model directory."""
+or random), ``bilstm[:hidden=256,embed=384]`` and ``cnn[:filters=128]``, ``mobile:LAYERS[xBOTTLENECK]`` (a
+MobileBERT-style bottleneck student, ``ptmlab.distill.mobile``), or any zoo model / model directory."""
 
 from __future__ import annotations
 
@@ -50,6 +51,10 @@ def build_student(spec: str, teacher: nn.Module, num_labels: int, regression: bo
         if init not in ("teacher", "random"):
             raise PtmlabError(f"shrink init '{init}' is unknown: use init=teacher or init=random")
         return shrink(teacher, _ints(opts, spec), init == "teacher")
+    if kind == "mobile":
+        from ptmlab.distill.mobile import build_mobile
+
+        return build_mobile(teacher, rest, spec)
     if kind in ("bilstm", "cnn"):
         from ptmlab.distill.rnn import build_rnn_student
 

@@ -84,6 +84,9 @@ _BERT_LAYER = dict(self_attention="attention.self", query="attention.self.query"
 for fam in ("bert", "roberta", "electra"):
     STRUCTURES.add(fam, Structure(fam, fam, "embeddings", "encoder.layer", word_embeddings="embeddings.word_embeddings",
                                   head=("classifier",), pooler="pooler" if fam == "bert" else None, **_BERT_LAYER))
+STRUCTURES.add("mobilebert", Structure(  # bottleneck blocks; layer outputs have the inter-block width
+    "mobilebert", "mobilebert", "embeddings", "encoder.layer", word_embeddings="embeddings.word_embeddings",
+    head=("classifier",), pooler="pooler", **_BERT_LAYER))
 STRUCTURES.add("mpnet", Structure(
     "mpnet", "mpnet", "embeddings", "encoder.layer", self_attention="attention.attn", query="attention.attn.q",
     key="attention.attn.k", value="attention.attn.v", attn_output="attention.attn.o",

@@ -1,0 +1,113 @@
+"""Study ``static-vs-contextual``: the decision rule on synthetic numbers (every outcome), the pooled features against
+hand computation on `tiny`, the linear head, task resolution without GLUE data, and the study at --budget small."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from ptmlab.core.errors import PtmlabError
+from ptmlab.studies.static_contextual import decide, pooled_features, probe, resolve_tasks
+from ptmlab.studies.verdict import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
+
+
+def runs(acc: float, n: int = 200, seeds: int = 3, offset: int = 0) -> list[list[float]]:
+    """Per-seed 1/0 correctness with the given accuracy (deterministic)."""
+    k = int(round(acc * n))
+    return [[1.0 if (i + offset + s) % n < k else 0.0 for i in range(n)] for s in range(seeds)]
+
+
+def test_claim_and_rule_are_stated_before_code():
+    import ptmlab.studies.static_contextual as mod
+    from ptmlab.studies import STUDIES, load_all
+
+    load_all()
+    assert mod.CLAIM.study in STUDIES.names() and mod.CLAIM.paper
+    assert " ".join(mod.CLAIM.rule.split()) in " ".join(mod.__doc__.split())
+
+
+def test_decide_every_outcome():
+    better = {"static": runs(0.6), "contextual": runs(0.85)}
+    worse = {"static": runs(0.85), "contextual": runs(0.6)}
+    same = {"static": runs(0.7), "contextual": runs(0.7, offset=7)}
+    v, est = decide({"sst2": better, "cola": better})
+    assert v.outcome == SUPPORTED and est["sst2"].value == pytest.approx(0.25) and est["sst2"].low > 0
+    assert decide({"sst2": worse})[0].outcome == NOT_SUPPORTED
+    assert decide({"sst2": same})[0].outcome == INCONCLUSIVE
+    assert decide({"sst2": better, "cola": worse})[0].outcome == NOT_SUPPORTED  # any task below 0
+    assert decide({"sst2": better, "cola": same})[0].outcome == INCONCLUSIVE
+    assert decide({"sst2": {"static": runs(0.6)}})[0].outcome == INCONCLUSIVE
+    assert decide({})[0].outcome == INCONCLUSIVE
+    # few examples cannot decide a small difference
+    assert decide({"t": {"static": runs(0.6, n=10, seeds=1), "contextual": runs(0.7, n=10, seeds=1)}})[0].outcome \
+        == INCONCLUSIVE
+
+
+def test_pooled_features_match_hand_computation():
+    from ptmlab.data.encode import Encoded
+    from ptmlab.models.zoo import load_model, load_tokenizer
+
+    torch.manual_seed(0)
+    model, tok = load_model("tiny", num_labels=2).eval(), load_tokenizer("tiny")
+    texts = ["a good film", "the plot was dull and far too long for anyone"]
+    ids = [tok(t)["input_ids"] for t in texts]
+    enc = Encoded(ids, None, [0, 1])
+    special = set(tok.all_special_ids)
+    static, ctx = pooled_features(model, enc, tok.pad_token_id, special)
+    assert static.shape == ctx.shape == (2, 64)
+    words = model.bert.embeddings.word_embeddings.weight
+    plain = [t for t in ids[0] if t not in special]
+    assert np.allclose(static[0], words[plain].mean(0).detach().numpy(), atol=1e-5)
+    with torch.no_grad():
+        hidden = model.bert(input_ids=torch.tensor([ids[0]]))[0][0]
+    keep = torch.tensor([t not in special for t in ids[0]])
+    assert np.allclose(ctx[0], hidden[keep].mean(0).numpy(), atol=1e-4)  # padding in the batch changes nothing
+    assert not np.allclose(static[0], ctx[0], atol=1e-2)
+    alone_static, alone_ctx = pooled_features(model, Encoded(ids[:1], None, [0]), tok.pad_token_id, special)
+    assert np.allclose(alone_ctx[0], ctx[0], atol=1e-4) and np.allclose(alone_static[0], static[0], atol=1e-6)
+
+
+def test_probe_learns_a_separable_problem():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(80, 5))
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(int)
+    correct = probe(x[:60], y[:60], x[60:], y[60:])
+    assert len(correct) == 20 and np.mean(correct) >= 0.9  # L2 strength chosen by cross-validation
+    assert np.mean(probe(x[:60], y[:60], x[60:], y[60:], c=1.0)) >= 0.9  # a fixed one
+    with pytest.raises(PtmlabError, match="one label"):
+        probe(x[:10], np.zeros(10), x[60:], y[60:])
+
+
+def test_tasks_without_glue_are_skipped_with_a_reason(tmp_path, monkeypatch):
+    from ptmlab.studies.static_contextual import StaticContextualArgs
+
+    monkeypatch.setenv("PTMLAB_GLUE_DIR", str(tmp_path / "none"))
+    monkeypatch.chdir(tmp_path)
+    empty = tmp_path / "glue"
+    empty.mkdir()
+    tasks, skipped = resolve_tasks(StaticContextualArgs(tasks=["sst2", "cola"], glue_dir=str(empty)))
+    assert tasks == ["tweets"] and len(skipped) == 2 and "GLUE data not found" in skipped[0]
+    (empty / "SST-2").mkdir()
+    (empty / "SST-2" / "train.tsv").write_text("sentence\tlabel\n")
+    tasks, skipped = resolve_tasks(StaticContextualArgs(tasks=["sst2", "cola"], glue_dir=str(empty)))
+    assert tasks == ["sst2"] and skipped[0].startswith("cola")
+    with pytest.raises(PtmlabError, match="sst3"):
+        resolve_tasks(StaticContextualArgs(tasks=["sst3"]))
+    (empty / "STS-B").mkdir()
+    (empty / "STS-B" / "train.tsv").write_text("x\n")
+    with pytest.raises(PtmlabError, match="regression"):
+        resolve_tasks(StaticContextualArgs(tasks=["stsb"], glue_dir=str(empty)))
+
+
+def test_study_small_budget(tmp_path):
+    from ptmlab.studies.static_contextual import run
+
+    assert run(["--budget", "small", "--output", str(tmp_path / "s")]) == 0
+    r = json.loads((tmp_path / "s" / "results.json").read_text())
+    systems = {row["system"]: row for row in r["rows"]}
+    assert {"static", "contextual", "finetuned"} <= set(systems)
+    assert r["outcome"] in (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE) and r["claim"]["study"] == "static-vs-contextual"
+    gain = systems["contextual - static (paired bootstrap)"]["accuracy"]
+    assert gain == pytest.approx(systems["contextual"]["accuracy"] - systems["static"]["accuracy"], abs=1e-9)
+    assert r["run"]["budget"] == "small" and r["run"]["seeds"] == [0]
