@@ -343,3 +343,23 @@ def test_pruned_mpnet_exports_with_its_position_bias_heads(tmp_path):
     assert type(loaded).__module__.startswith("transformers_modules")  # the directory's code, not ptmlab's
     tok = load_tokenizer("tiny")
     assert torch.allclose(_logits(loaded, tok), _logits(model, tok), atol=1e-6)
+
+
+def test_onnx_int8_weights_mode_stores_int8_and_keeps_fp32_predictions(exports, tmp_path):
+    import onnx
+
+    src = exports["root"] / "src" / "plain"
+    fp = _export(src, "onnx", tmp_path / "fp")
+    info = _export(src, "onnx-int8", tmp_path / "w", int8_mode="weights")
+    graph = onnx.load(str(tmp_path / "w" / "model.onnx")).graph
+    assert info["int8_mode"] == "weights" and info["int8_tensors"] >= 2 * 6 + 1  # q,k,v,o,ffn x2 per layer + emb
+    assert sum(n.op_type == "DequantizeLinear" for n in graph.node) == info["int8_tensors"]
+    assert not any(n.op_type in ("MatMulInteger", "DynamicQuantizeLinear") for n in graph.node)
+    size = (tmp_path / "w" / "model.onnx").stat().st_size
+    assert size < 0.4 * (tmp_path / "fp" / "model.onnx").stat().st_size  # int8 storage (about a quarter)
+    # products in fp32 on fp32 activations: the labels of the fp32 export, logits off by weight rounding only
+    assert info["parity"]["label_agreement"] == 1.0 and fp["parity"]["label_agreement"] == 1.0
+    assert info["parity"]["max_abs_logit_diff"] < 0.05
+    with pytest.raises(PtmlabError, match="--int8-mode applies to --format onnx-int8 only"):
+        _export(src, "onnx", tmp_path / "bad", int8_mode="weights")
+    assert not (tmp_path / "bad").exists()

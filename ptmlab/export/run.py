@@ -35,6 +35,9 @@ class ExportConfig:
     label_col: str | None = opt(None, "label column of --dev-file")
     keep_fp32: list[str] = opt([], "onnx-int8: layers left in fp32: ffn, ffn_in, ffn_out, attn_output, query, "
                                    "key, value or module-name patterns")
+    int8_mode: str = opt("dynamic", "onnx-int8: dynamic (int8 products, activations quantized at run time: fastest) "
+                                    "or weights (int8 weights dequantized to fp32 in the graph: int8's size, fp32's "
+                                    "predictions and speed)", choices=["dynamic", "weights"])
     parity_examples: int = opt(1000, "dev examples in the parity check (0: all)")
     max_length: int = opt(128, "tokens per text in the parity check")
 
@@ -43,6 +46,11 @@ class ExportConfig:
             raise PtmlabError(f"unknown export format '{self.format}': use {', '.join(FORMATS)}")
         if self.keep_fp32 and self.format != "onnx-int8":
             raise PtmlabError(f"--keep-fp32 applies to --format onnx-int8 only, not {self.format}: drop it")
+        if self.int8_mode != "dynamic" and self.format != "onnx-int8":
+            raise PtmlabError(f"--int8-mode applies to --format onnx-int8 only, not {self.format}: drop it")
+        if self.int8_mode == "weights" and self.keep_fp32:
+            raise PtmlabError("--keep-fp32 applies to --int8-mode dynamic only (weights mode runs every product in "
+                              "fp32 already): drop one of them")
         if self.parity_examples < 0:
             raise PtmlabError(f"--parity-examples must be >= 0, got {self.parity_examples}")
 
@@ -119,7 +127,8 @@ def int8_layers(model) -> list[str]:
     return sorted(linear_names(model, DEFAULT_KEEP_FP32))
 
 
-def _write(model, tokenizer, fmt: str, tmp: Path, keep_fp32: list[str]) -> tuple[object, dict]:
+def _write(model, tokenizer, fmt: str, tmp: Path, keep_fp32: list[str], int8_mode: str = "dynamic"
+           ) -> tuple[object, dict]:
     """Write ``fmt`` into ``tmp``; returns (a model to compare with, info)."""
     from ptmlab.models.loader import save_model
 
@@ -133,7 +142,12 @@ def _write(model, tokenizer, fmt: str, tmp: Path, keep_fp32: list[str]) -> tuple
 
         fp = export_onnx(model, tmp / ("model.onnx" if fmt == "onnx" else "model_fp32.onnx"))
         info: dict = {"file": "model.onnx"}
-        if fmt == "onnx-int8" and keep_fp32:
+        if fmt == "onnx-int8" and int8_mode == "weights":
+            from ptmlab.export.onnx_int8 import onnx_int8_weights
+
+            info["int8_mode"] = "weights"
+            info["int8_tensors"] = onnx_int8_weights(fp, tmp / "model.onnx")
+        elif fmt == "onnx-int8" and keep_fp32:
             from ptmlab.export.onnx_int8 import onnx_int8_keep
 
             info["fp32_nodes"] = onnx_int8_keep(fp, tmp / "model.onnx", model, keep_fp32)
@@ -186,7 +200,7 @@ def export_model(cfg: ExportConfig) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; the export gets a normal directory's mode
-        exported, info = _write(model, tokenizer, cfg.format, tmp, cfg.keep_fp32)
+        exported, info = _write(model, tokenizer, cfg.format, tmp, cfg.keep_fp32, cfg.int8_mode)
         reference = logits(model, tokenizer, split, cfg.max_length)
         parity = compare(reference, logits(exported, tokenizer, split, cfg.max_length), task)
         info = {"format": cfg.format, "source": str(cfg.model), **info, "parity": parity}
