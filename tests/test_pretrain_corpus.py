@@ -116,7 +116,8 @@ def test_streamed_tokenization_equals_whole_documents(tmp_path, which, request):
     assert isinstance(corpus.tokens, np.memmap) and corpus.tokens.dtype == np.uint32
 
 
-def test_cache_hit_and_key(tmp_path, tok, bytelevel_tok):
+def test_cache_hit_and_key(tmp_path, tok, bytelevel_tok, monkeypatch):
+    monkeypatch.setenv("PTMLAB_CACHE", str(tmp_path / "cache"))  # a cache no other test touches
     f = tmp_path / "c.txt"
     _write_corpus(f, np.random.default_rng(2), huge=50)
     first = tokenize_corpus([str(f)], tok)

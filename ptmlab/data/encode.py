@@ -35,8 +35,19 @@ class Encoded:
 
 
 def _tokenizer_fingerprint(tokenizer) -> str:
+    """What the tokenizer does to text, not the call state: the backend's truncation and padding settings change
+    with every call (``truncation=True`` sets them, a later call clears them), so they are left out; otherwise the
+    same tokenizer would give a different cache key after its first use."""
+    import json
+
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    body = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items())[:2000])
+    if backend is None:
+        body = repr(sorted(tokenizer.get_vocab().items())[:2000])
+    else:
+        spec = json.loads(backend.to_str())
+        spec.pop("truncation", None)
+        spec.pop("padding", None)
+        body = json.dumps(spec, sort_keys=True)
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
