@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(cfg.state or None, cfg.state_timeout)
     app = create_app(args.run_dir, cfg, store)
     info = app.state.info
-    print(f"serving {info.path} ({info.model_type}, labels {', '.join(info.labels)}) on http://{cfg.host}:{cfg.port} "
+    heads = f"tasks {', '.join(t.name for t in info.tasks)}" if info.tasks else f"labels {', '.join(info.labels)}"
+    print(f"serving {info.path} ({info.model_type}, {heads}) on http://{cfg.host}:{cfg.port} "
           f"(policy {cfg.output_policy}; state {store.where})", flush=True)
     serve_forever(app, cfg.host, cfg.port)
     return 0

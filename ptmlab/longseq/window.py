@@ -4,12 +4,16 @@ Token i attends to every key j with ``|i - j| <= ceil(window / 2)`` (``window`` 
 side) plus the global positions ([CLS] = position 0 by default); a global token attends to, and is attended by,
 every token. Padded keys never receive attention.
 
-How it stays linear: queries are cut into chunks of ``c`` positions (``c`` = half the window); chunk b only needs
-the keys of chunks b-1, b, b+1, so each chunk runs one small softmax over ``3c`` local keys plus the ``g`` global
-keys, and the ``g`` global query rows run one full-length softmax each. Both are single batched calls of
-``torch.nn.functional.scaled_dot_product_attention`` (fused softmax, dropout, masking), so the largest tensor is
-``n x 3c`` per head, never ``n x n``. Global keys are taken out of the local band and added once as extra columns,
-so whenever the window covers the whole sequence the result equals full attention exactly (up to float rounding).
+How it stays linear: queries are cut into chunks of ``c`` positions (``c`` = a quarter of the window); chunk b only
+needs the keys of chunks b-2 .. b+2, so each chunk runs one softmax over ``5c`` (1.25 x window) local keys plus the
+``g`` global keys, and the ``g`` global query rows run one full-length softmax each. Keys and values are copied
+once into a chunked layout where every chunk of ``c`` keys is followed by a copy of the ``g`` global keys; a block
+(chunks b-2 .. b+2) is then a strided *view* of that buffer (``unfold``), and a mask keeps only the centre chunk's
+copy of the global keys, so each counts once. The blocks go to ``torch.nn.functional.scaled_dot_product_attention``
+as 4-D (chunks, heads, keys, head_dim) tensors, the form its fused (flash) kernel takes on CPU and GPU, so nothing of
+size ``n x 5c`` is copied and no score matrix is written out; the largest intermediate is the boolean mask
+(``n x 5c``). Global keys are taken out of the local band and added once, so whenever the window covers the whole
+sequence the result equals full attention exactly (up to float rounding).
 
 The function is registered with transformers' ``AttentionInterface`` (and a matching ``AttentionMaskInterface``
 entry that hands the 2D padding mask through instead of building an n x n one), so a stock BERT / RoBERTa /
@@ -40,13 +44,21 @@ def even_window(window: int) -> int:
     return window + (window % 2)
 
 
-def _blocks(x: torch.Tensor, before: int, after: int, span: int, step: int) -> torch.Tensor:
-    """Pad dim 2 of x by (before, after) and cut overlapping blocks of ``span`` every ``step`` -> dim 2 = blocks."""
-    if x.dim() == 4:  # (B, H, N, D)
-        x = F.pad(x, (0, 0, before, after))
-        return x.unfold(2, span, step).transpose(-1, -2)  # (B, H, M, span, D)
-    x = F.pad(x, (before, after))  # (B, N) bool
-    return x.unfold(1, span, step)  # (B, M, span)
+def _chunked(x: torch.Tensor, c: int, m: int, r: int, glob: torch.Tensor | None) -> torch.Tensor:
+    """x: (B, N, ...) -> (B, m + 2r, c + g, ...): the sequence cut into ``m`` chunks of ``c`` (zero-padded at the end),
+    with ``r`` empty chunks on each side, and every chunk followed by a copy of the ``g`` global rows (``glob``:
+    (B, g, ...) or None). One copy of x, so the sliding blocks over it can be views."""
+    b, n = x.shape[:2]
+    g = 0 if glob is None else glob.shape[1]
+    out = x.new_empty(b, m + 2 * r, c + g, *x.shape[2:])
+    out[:, :r] = 0
+    out[:, r + m:] = 0
+    if m * c > n:
+        x = torch.cat([x, x.new_zeros(b, m * c - n, *x.shape[2:])], dim=1)
+    out[:, r:r + m, :c] = x.view(b, m, c, *x.shape[2:])
+    if g:
+        out[:, :, c:] = glob[:, None]
+    return out
 
 
 def window_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_mask: torch.Tensor | None,
@@ -57,43 +69,64 @@ def window_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     query/key/value: (batch, heads, n, head_dim); key_mask: (batch, n) bool, True where a token is real (None: all
     real). Returns (batch, heads, n, head_dim).
     """
-    b, h, n, d = query.shape
+    return _window_attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), key_mask, window,
+                             global_positions, scaling, dropout).transpose(1, 2)
+
+
+def _window_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_mask: torch.Tensor | None,
+                      window: int, global_positions: Sequence[int], scaling: float | None,
+                      dropout: float) -> torch.Tensor:
+    """The same on (batch, n, heads, head_dim) tensors, the layout of the projections, returned in that layout."""
+    b, n, h, d = query.shape
+    dev = query.device
     half = even_window(window) // 2
     if key_mask is None:
-        key_mask = torch.ones(b, n, dtype=torch.bool, device=query.device)
+        key_mask = torch.ones(b, n, dtype=torch.bool, device=dev)
     key_mask = key_mask.to(torch.bool)
     gpos = sorted({int(p) for p in global_positions if 0 <= int(p) < n})
-    is_global = torch.zeros(n, dtype=torch.bool, device=query.device)
-    if gpos:
-        is_global[gpos] = True
+    gidx = torch.tensor(gpos, dtype=torch.long, device=dev)
+    g = len(gpos)
+    is_global = torch.zeros(n, dtype=torch.bool, device=dev)
+    is_global[gidx] = True
 
-    c = max(1, min(half, n))  # chunk length
+    c = max(1, min(max(1, half // 2), n))  # chunk length
     r = max(1, math.ceil(min(half, n - 1) / c))  # neighbouring chunks on each side a chunk needs
     m = math.ceil(n / c)
     total = m * c
-    span = (2 * r + 1) * c
-    q_blocks = F.pad(query, (0, 0, 0, total - n)).view(b, h, m, c, d)
-    k_blocks = _blocks(key, r * c, total - n + r * c, span, c)
-    v_blocks = _blocks(value, r * c, total - n + r * c, span, c)
-    local_ok = _blocks(key_mask & ~is_global, r * c, total - n + r * c, span, c)  # (B, M, span)
-    offset = torch.arange(span, device=query.device)[None, :] - r * c - torch.arange(c, device=query.device)[:, None]
-    band = offset.abs() <= half  # (c, span): key kk of the block is within the window of query qq
-    mask = band[None, None] & local_ok[:, :, None, :]  # (B, M, c, span)
-    if gpos:
-        gidx = torch.tensor(gpos, device=query.device)
-        g = len(gpos)
-        k_blocks = torch.cat([k_blocks, key[:, :, gidx, None].transpose(2, 3).expand(b, h, m, g, d)], dim=3)
-        v_blocks = torch.cat([v_blocks, value[:, :, gidx, None].transpose(2, 3).expand(b, h, m, g, d)], dim=3)
-        g_ok = key_mask[:, gidx][:, None, None, :].expand(b, m, c, g)
-        mask = torch.cat([mask, g_ok], dim=3)
+    row = c + g  # a chunk's keys followed by the global keys
+    span = (2 * r + 1) * row  # a block: chunks b-r .. b+r, each with the global keys
+
+    q_blocks = query if total == n else torch.cat([query, query.new_zeros(b, total - n, h, d)], dim=1)
+    q_blocks = q_blocks.reshape(b, m, c, h, d).transpose(2, 3)  # (B, M, H, c, D)
+    glob_k = key[:, gidx] if g else None
+    glob_v = value[:, gidx] if g else None
+    k_blocks = _chunked(key, c, m, r, glob_k).flatten(1, 2).unfold(1, span, row)  # (B, M, H, D, span), a view
+    v_blocks = _chunked(value, c, m, r, glob_v).flatten(1, 2).unfold(1, span, row)
+    k_blocks, v_blocks = k_blocks.transpose(-1, -2), v_blocks.transpose(-1, -2)  # (B, M, H, span, D)
+
+    # which keys of a block each query may see: the local band, and the global keys of the centre chunk only (so
+    # each global key counts once); then the padding of each block's keys
+    kk = torch.arange(span, device=dev)
+    chunk, slot = kk // row, kk % row
+    offset = chunk[None, :] * c + slot[None, :] - r * c - torch.arange(c, device=dev)[:, None]
+    static = torch.where(slot[None, :] < c, offset.abs() <= half, chunk[None, :] == r)  # (c, span)
+    key_ok = _chunked(key_mask & ~is_global, c, m, r, key_mask[:, gidx] if g else None)
+    key_ok = key_ok.flatten(1, 2).unfold(1, span, row)  # (B, M, span)
+    mask = static[None, None] & key_ok[:, :, None, :]  # (B, M, c, span)
+
     p = dropout if torch.is_grad_enabled() else 0.0
-    out = F.scaled_dot_product_attention(q_blocks, k_blocks, v_blocks, attn_mask=mask[:, None], dropout_p=p,
-                                         scale=scaling)
-    out = out.reshape(b, h, total, d)[:, :, :n]
-    if gpos:
-        g_out = F.scaled_dot_product_attention(query[:, :, gidx], key, value, attn_mask=key_mask[:, None, None, :],
-                                               dropout_p=p, scale=scaling)
-        out = out.index_copy(2, gidx, g_out)
+    # one 4-D call per sequence reaches PyTorch's fused (flash) kernel on strided views, without copying the blocks;
+    # fully masked rows (padding far from any real key, no global token) come out as 0 on every backend
+    out = query.new_empty(b, m, c, h, d)
+    for i in range(b):
+        out[i] = F.scaled_dot_product_attention(q_blocks[i], k_blocks[i], v_blocks[i], attn_mask=mask[i, :, None],
+                                                dropout_p=p, scale=scaling).transpose(1, 2)
+    out = out.view(b, total, h, d)[:, :n]
+    if g:
+        g_out = F.scaled_dot_product_attention(query[:, gidx].transpose(1, 2), key.transpose(1, 2),
+                                               value.transpose(1, 2), attn_mask=key_mask[:, None, None, :],
+                                               dropout_p=p, scale=scaling)  # (B, H, g, D)
+        out = out.index_copy(1, gidx, g_out.transpose(1, 2))
     return out
 
 
@@ -112,8 +145,9 @@ def _interface_forward(module, query, key, value, attention_mask, scaling=None, 
     window, glob = window_settings(getattr(module, "config", None))
     if not module.training:
         dropout = 0.0
-    out = window_attention(query, key, value, attention_mask, window, glob, scaling=scaling, dropout=dropout)
-    return out.transpose(1, 2).contiguous(), None
+    out = _window_attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), attention_mask,
+                            window, glob, scaling, dropout)
+    return out, None
 
 
 def _padding_mask(batch_size=None, q_length=None, kv_length=None, attention_mask=None, **kwargs):

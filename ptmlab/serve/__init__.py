@@ -4,7 +4,8 @@ The public functions other capabilities (extraction) and studies may use, import
 package loads neither FastAPI nor torch:
 
 * ``open_store(spec=None, busy_timeout=2.0) -> Store``: the state (SQLite directory or ``postgresql://`` URL);
-* ``load_predictor(model_dir, max_length=None) -> Predictor``: a served model answering ``predict(texts, pairs)``;
+* ``load_predictor(model_dir, max_length=None) -> Predictor``: a served model answering ``predict(texts, pairs,
+  task=None)`` (``task``: a multi-task run's head; ``info.tasks`` lists them);
 * ``flag_keys(store, ...)`` and ``verify_watermark(model_dir, store, queries, ...)``: the owner's defences;
 * ``create_app(model_dir, cfg, store)``, ``ServeConfig`` and ``serve_in_thread(app)``: a server in-process.
 """

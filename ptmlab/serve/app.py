@@ -8,6 +8,11 @@ tokenization (422 naming the text), the batched forward pass (422 when this requ
 Input faults found after admission are charged and audited, so they are not free to repeat. Every store call runs
 in a thread: a locked store answers 503 with ``Retry-After`` and never stalls the event loop; ``/healthz`` and
 ``/metrics`` never touch the store.
+
+A multi-task run is served whole: a request names its head with ``"task"`` and, without one, gets the first head's
+answer, with the task that answered named in every response. One task per request (not every head's answer) because
+heads differ in what they read (single sentences or pairs) and what they answer (classes or a score), and one text
+charged once should cost one forward pass. An unknown task is a 422 naming the tasks, checked before admission.
 """
 
 from __future__ import annotations
@@ -23,11 +28,12 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ptmlab.core.errors import PtmlabError
 from ptmlab.serve.batcher import Batcher, QueueFull
 from ptmlab.serve.config import ServeConfig
 from ptmlab.serve.metrics import Metrics
 from ptmlab.serve.policy import OutputPolicy, parse_policy
-from ptmlab.serve.predictor import InputError
+from ptmlab.serve.predictor import InputError, TaskInfo
 from ptmlab.serve.ratelimit import retry_after_header
 from ptmlab.serve.state import AuditRow, DetectorPolicy, KeyInfo, Store, StoreBusy, open_store, text_hash
 
@@ -36,6 +42,8 @@ class PredictRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     texts: list[str] = Field(min_length=1, description="texts to classify (first sentences for pair tasks)")
     text_pairs: list[str] | None = Field(None, description="second sentences, one per text, for pair tasks")
+    task: str | None = Field(None, description="the head of a multi-task run that answers (default: its first task; "
+                                               "see GET /healthz)")
 
 
 class Prediction(BaseModel):
@@ -44,11 +52,16 @@ class Prediction(BaseModel):
     probs: list[float] | None = None
 
 
+class Score(BaseModel):
+    score: float  # a regression head's answer (STS-B similarity)
+
+
 class PredictResponse(BaseModel):
     model: str
     policy: str
+    task: str | None = None  # the task whose head answered (None: a model without a task name)
     label_names: list[str]
-    predictions: list[Prediction]
+    predictions: list[Prediction | Score]
 
 
 class ErrorResponse(BaseModel):
@@ -138,9 +151,10 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
         yield
         batcher.close()
 
+    served = (f"tasks: {', '.join(t.name for t in info.tasks)}; name one with \"task\"" if info.tasks
+              else f"labels: {', '.join(info.labels)}")
     app = FastAPI(title="ptmlab inference API", version="1", lifespan=lifespan,
-                  description=f"Predictions of {info.path} (labels: {', '.join(info.labels)}); output policy "
-                              f"{policy.name}.")
+                  description=f"Predictions of {info.path} ({served}); output policy {policy.name}.")
     app.state.store, app.state.batcher, app.state.metrics, app.state.info = store, batcher, metrics, info
 
     async def in_thread(fn, *args, **kw):
@@ -166,10 +180,12 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
 
     @app.get("/healthz")
     async def healthz() -> dict:
-        """Liveness and what is served: the model loaded (absolute path, type, labels, task); never touches the
-        state store."""
+        """Liveness and what is served: the model loaded (absolute path, type, labels, task, and every task a
+        request may name with its labels); never touches the state store."""
+        tasks = [{"name": t.name, "kind": t.kind, "labels": t.labels, "pair": t.pair} for t in info.tasks] or [
+            {"name": info.task, "kind": "classification", "labels": info.labels, "pair": info.pair}]
         return {"status": "ok" if batcher.thread.is_alive() else "degraded", "model": info.path,
-                "model_type": info.model_type, "task": info.task, "labels": info.labels,
+                "model_type": info.model_type, "task": info.task, "labels": info.labels, "tasks": tasks,
                 "parameters": info.parameters, "max_length": info.max_length, "positions": info.positions,
                 "policy": policy.name, "precision": predictor.precision, "queued_texts": batcher.waiting,
                 "state": store.where, "detector": cfg.detector_action if cfg.detector else "off"}
@@ -192,7 +208,10 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
             metrics.reject("size")
             return _error(413, f"request body exceeds {cfg.max_body} bytes: send fewer or shorter texts")
         req, problem = parse_request(body)
-        problem = problem or check_limits(req, key)
+        head = None
+        if not problem:
+            head, problem = pick_head(req)
+        problem = problem or check_limits(req, key, head)
         if problem:
             metrics.reject("invalid")
             return _error(422, problem)
@@ -209,7 +228,7 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
             metrics.reject("input")
             return _error(422, str(e))
         try:
-            fut = batcher.submit(encs)
+            fut = batcher.submit(encs, head.name if head else None)
         except QueueFull:
             await in_thread(store.release, adm.hold)
             metrics.reject("busy")
@@ -226,18 +245,23 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
             metrics.reject("input")
             return _error(422, f"{e}: change or drop the offending text")
         answer, marks = [], []
+        labels = head.labels if head else info.labels
         for enc, text, pair, p in zip(encs, req.texts, pairs, probs, strict=True):
+            if head is not None and head.regression:  # a score: no labels to hide or to watermark
+                answer.append(Score(score=policy.score(p[0])))
+                continue
             if watermarker is not None:
                 p, mark = watermarker.apply(predictor.tokens(enc), text, pair, p)
                 if mark is not None:
                     marks.append(mark)
             label_id = max(range(len(p)), key=p.__getitem__)
-            answer.append(Prediction(label=info.labels[label_id], label_id=label_id, probs=policy.render(p)))
+            answer.append(Prediction(label=labels[label_id], label_id=label_id, probs=policy.render(p)))
         if not await in_thread(store.settle, key.id, adm.hold, audit_rows(req.texts, pairs, scores), marks, "ok",
                                detector_policy):
             return refused(key, type(adm)(False, reason="budget"))
         metrics.answered(n)
-        return PredictResponse(model=info.path, policy=policy.name, label_names=info.labels, predictions=answer)
+        return PredictResponse(model=info.path, policy=policy.name, task=head.name if head else info.task,
+                               label_names=labels, predictions=answer)
 
     def prepare(req: PredictRequest):
         encs = predictor.encode(req.texts, req.text_pairs)
@@ -278,7 +302,14 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
             return None, (f"invalid request at '{where}': {first.get('msg', 'malformed')}; send JSON "
                           f'{{"texts": ["..."]}}')
 
-    def check_limits(req: PredictRequest, key: KeyInfo) -> str | None:
+    def pick_head(req: PredictRequest) -> tuple[TaskInfo | None, str | None]:
+        """The multi-task head that answers (None for a single-task model), or the problem with ``task``."""
+        try:
+            return predictor.head(req.task), None
+        except PtmlabError as e:
+            return None, str(e)
+
+    def check_limits(req: PredictRequest, key: KeyInfo, head: TaskInfo | None) -> str | None:
         if len(req.texts) > cfg.max_texts:
             return f"{len(req.texts)} texts in one request exceed the limit of {cfg.max_texts}: split the request"
         if len(req.texts) > key.burst:
@@ -286,10 +317,11 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
                     f"most {int(key.burst)} texts per request")
         if req.text_pairs is not None and len(req.text_pairs) != len(req.texts):
             return f"{len(req.text_pairs)} text_pairs for {len(req.texts)} texts: send one pair per text"
-        if info.pair is True and req.text_pairs is None:
-            return f"task '{info.task}' takes sentence pairs: send text_pairs with one second sentence per text"
-        if info.pair is False and req.text_pairs is not None:
-            return f"task '{info.task}' takes single sentences: drop text_pairs"
+        pair, task = (head.pair, head.name) if head else (info.pair, info.task)
+        if pair is True and req.text_pairs is None:
+            return f"task '{task}' takes sentence pairs: send text_pairs with one second sentence per text"
+        if pair is False and req.text_pairs is not None:
+            return f"task '{task}' takes single sentences: drop text_pairs"
         for i, t in enumerate(req.texts + (req.text_pairs or [])):
             if len(t) > cfg.max_chars:
                 return f"text {i % len(req.texts)} has {len(t)} characters, over the limit of {cfg.max_chars}"

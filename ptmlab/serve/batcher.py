@@ -5,6 +5,10 @@ A worker thread takes the first waiting request, then keeps collecting until ``m
 Requests arrive already tokenized (each on its own), so only the forward pass can fail here; when a batch of several
 requests fails, each is retried alone, so only a request whose own input makes the model raise gets the error
 (``InputError``). Requests whose client stopped waiting (timeout) are dropped before any work is done for them.
+
+On a multi-task model each request names its head (``task``): requests for different tasks may be collected
+together, but each task's requests run as their own forward pass through their own head, and a failure is looked for
+within that task's requests only.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ class Job:
     encs: list[Encoding]
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
+    task: str | None = None  # the head of a multi-task model that answers it (None: the default head)
     enqueued: float = field(default_factory=time.monotonic)
 
 
@@ -45,15 +50,15 @@ class Batcher:
         self.thread = threading.Thread(target=self._run, name="ptmlab-batcher", daemon=True)
         self.thread.start()
 
-    def submit(self, encs: list[Encoding]) -> asyncio.Future:
-        """Queue one request's encodings; the returned future resolves to its probabilities."""
+    def submit(self, encs: list[Encoding], task: str | None = None) -> asyncio.Future:
+        """Queue one request's encodings (for ``task``'s head); the returned future resolves to its probabilities."""
         with self.lock:
             if self.waiting + len(encs) > self.max_queue:
                 raise QueueFull
             self.waiting += len(encs)
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        self.jobs.put(Job(encs, fut, loop))
+        self.jobs.put(Job(encs, fut, loop, task))
         return fut
 
     def close(self) -> None:
@@ -92,8 +97,13 @@ class Batcher:
         with self.lock:
             self.waiting -= sum(len(j.encs) for j in batch)
         live = [j for j in batch if not j.future.done()]  # timed out meanwhile: compute nothing for them
-        if not live:
-            return
+        by_task: dict[str | None, list[Job]] = {}
+        for j in live:  # one head per forward pass
+            by_task.setdefault(j.task, []).append(j)
+        for jobs in by_task.values():
+            self._answer_task(jobs)
+
+    def _answer_task(self, live: list[Job]) -> None:
         try:
             self._run_jobs(live)
         except Exception as e:
@@ -110,7 +120,7 @@ class Batcher:
         encs = [e for j in jobs for e in j.encs]
         if self.metrics:
             self.metrics.batch_size(len(encs))
-        probs = self.forward(encs)
+        probs = self.forward(encs, jobs[0].task)
         pos = 0
         for j in jobs:
             _reply(j, probs[pos:pos + len(j.encs)], None)

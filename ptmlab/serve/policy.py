@@ -25,6 +25,11 @@ class OutputPolicy:
             return [float(p) for p in probs]
         return [round(float(p), self.decimals) for p in probs]
 
+    def score(self, value: float) -> float:
+        """A regression head's score as a client receives it: in full, or rounded under ``rounded:K`` (a score is
+        the answer itself, so ``label`` shows it too)."""
+        return float(value) if self.decimals is None else round(float(value), self.decimals)
+
 
 @OUTPUT_POLICIES.register("probs", help="labels and full probabilities")
 def _probs(arg: str) -> OutputPolicy:

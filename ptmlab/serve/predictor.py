@@ -3,6 +3,11 @@
 Serving tokenizes every request on its own (``encode``) before it joins a batch, so a text the tokenizer cannot
 handle fails only its own request; ``forward`` pads the encodings of many requests into one pass. ``--max-length``
 is checked against the model's position embeddings up front, so no text can index past them.
+
+A multi-task run (``ptmlab finetune --tasks ...``) has one head per task; ``info.tasks`` lists them (name, kind,
+labels, whether it reads pairs) and ``forward(encs, task)`` routes one pass through one head (the first head when no
+task is named), under a lock, since the head to use is state of the model. A classification head answers
+probabilities, a regression head (STS-B) one score per example.
 """
 
 from __future__ import annotations
@@ -21,6 +26,19 @@ class InputError(Exception):
 
 
 @dataclass(frozen=True)
+class TaskInfo:
+    """One head of a multi-task model."""
+    name: str
+    kind: str  # classification or regression
+    labels: list[str]  # class names ([] for regression: the head answers a score)
+    pair: bool | None
+
+    @property
+    def regression(self) -> bool:
+        return self.kind == "regression"
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     path: str
     labels: list[str]
@@ -30,6 +48,7 @@ class ModelInfo:
     model_type: str = ""
     positions: int = 0
     parameters: int = 0
+    tasks: tuple[TaskInfo, ...] = ()  # the heads of a multi-task model, the default (first) one first; () otherwise
 
 
 Encoding = dict[str, list[int]]
@@ -42,6 +61,7 @@ class Predictor:
                  chunk: int = 0):
         from ptmlab.models.zoo import load_model, load_tokenizer
         from ptmlab.train.evaluate import resolve_precision
+        from ptmlab.train.multitask import model_tasks
 
         path = Path(model_dir).expanduser()
         if not path.is_dir():
@@ -54,19 +74,41 @@ class Predictor:
         self.chunk = chunk
         self.tokenizer = load_tokenizer(str(path))
         self.lock = threading.Lock()  # a fast tokenizer must not be called from two threads at once
+        self.head_lock = threading.Lock()  # a multi-task model's active head is state: one pass at a time
         config = self.model.config
-        if getattr(config, "problem_type", None) == "regression" or config.num_labels < 2:
-            raise PtmlabError(f"model '{model_dir}' is a regression model: serving supports classifiers only")
+        heads = tuple(_task_info(t) for t in model_tasks(self.model))
+        if not heads and (getattr(config, "problem_type", None) == "regression" or config.num_labels < 2):
+            raise PtmlabError(f"model '{model_dir}' is a regression model: serving supports classifiers (and the "
+                              f"regression heads of multi-task runs) only")
         positions = usable_positions(config)
         length = int(max_length or cfg.get("max_length") or 128)
         if positions and length > positions:
             raise PtmlabError(f"--max-length {length} exceeds the {positions} positions of model '{model_dir}': pass "
                               f"--max-length {positions} or less")
         id2label = config.id2label
-        task = cfg.get("task")
-        self.info = ModelInfo(str(path), [str(id2label[i]) for i in range(len(id2label))], _is_pair(task), length,
-                              task, str(getattr(config, "model_type", "")), positions,
-                              sum(p.numel() for p in self.model.parameters()))
+        labels, task = [str(id2label[i]) for i in range(len(id2label))], cfg.get("task")
+        if heads:  # the default head answers requests that name no task
+            labels, task = heads[0].labels, heads[0].name
+        self.info = ModelInfo(str(path), labels, _is_pair(task), length, task,
+                              str(getattr(config, "model_type", "")), positions,
+                              sum(p.numel() for p in self.model.parameters()), heads)
+
+    def head(self, task: str | None) -> TaskInfo | None:
+        """The head answering a request for ``task`` (None: the default head); None for a single-task model.
+        A task the model has no head for is a ``PtmlabError`` naming the tasks it has."""
+        heads = {t.name: t for t in self.info.tasks}
+        if heads:
+            if task is None:
+                return self.info.tasks[0]
+            if task not in heads:
+                raise PtmlabError(f"unknown task '{task}': this model has a head for each of {', '.join(heads)}: "
+                                  f"send one of them as 'task'")
+            return heads[task]
+        if task is not None and task != self.info.task:
+            served = f"task '{self.info.task}'" if self.info.task else "a model without a task name"
+            raise PtmlabError(f"unknown task '{task}': this model serves {served} only (known tasks: "
+                              f"{self.info.task or 'none'}): drop 'task'")
+        return None
 
     def encode(self, texts: list[str], pairs: list[str] | None = None) -> list[Encoding]:
         """Token ids per example (truncated to ``max_length``); ``InputError`` names the first text that fails."""
@@ -95,23 +137,35 @@ class Predictor:
         return self.tokenizer.convert_ids_to_tokens([i for i in enc["input_ids"] if i not in special])
 
     @torch.inference_mode()
-    def forward(self, encs: list[Encoding]) -> list[list[float]]:
-        """Probabilities per encoding; with ``chunk`` the examples run as length-sorted chunks (less padding)."""
+    def forward(self, encs: list[Encoding], task: str | None = None) -> list[list[float]]:
+        """Probabilities per encoding (``[score]`` from a regression head), through ``task``'s head on a multi-task
+        model (default: the first); with ``chunk`` the examples run as length-sorted chunks (less padding)."""
+        head = self.head(task)
+        if head is None:
+            return self._chunked(encs, False)
+        from ptmlab.train.multitask import set_task
+
+        with self.head_lock:
+            set_task(self.model, head.name)
+            return self._chunked(encs, head.regression)
+
+    def _chunked(self, encs: list[Encoding], regression: bool) -> list[list[float]]:
         if not self.chunk or len(encs) <= self.chunk:
-            return self._forward(encs)
+            return self._forward(encs, regression)
         order = sorted(range(len(encs)), key=lambda i: len(encs[i]["input_ids"]))
         out: list[list[float]] = [[] for _ in encs]
         for s in range(0, len(order), self.chunk):
             idx = order[s:s + self.chunk]
-            for i, row in zip(idx, self._forward([encs[i] for i in idx]), strict=True):
+            for i, row in zip(idx, self._forward([encs[i] for i in idx], regression), strict=True):
                 out[i] = row
         return out
 
-    def predict(self, texts: list[str], pairs: list[str] | None = None) -> list[list[float]]:
-        """Probabilities per example (encode + forward, for local use: verification, extraction)."""
-        return self.forward(self.encode(texts, pairs))
+    def predict(self, texts: list[str], pairs: list[str] | None = None, task: str | None = None) -> list[list[float]]:
+        """Probabilities per example (encode + forward, for local use: verification, extraction); ``task`` picks
+        a multi-task model's head."""
+        return self.forward(self.encode(texts, pairs), task)
 
-    def _forward(self, encs: list[Encoding]) -> list[list[float]]:
+    def _forward(self, encs: list[Encoding], regression: bool = False) -> list[list[float]]:
         from ptmlab.models.loader import model_inputs
         from ptmlab.train.evaluate import autocast_ctx
 
@@ -122,7 +176,7 @@ class Predictor:
         batch = {k: v.to(device) for k, v in batch.items()}
         with autocast_ctx(self.precision, device):
             logits = self.model(**model_inputs(self.model, batch)).logits.float()
-        return torch.softmax(logits, -1).tolist()
+        return logits[:, :1].tolist() if regression else torch.softmax(logits, -1).tolist()
 
 
 def usable_positions(config) -> int:
@@ -147,6 +201,13 @@ def _run_config(path: Path) -> dict:
         raise PtmlabError(f"'{path / 'config.yaml'}' holds a YAML {type(cfg).__name__}, not the mapping a run writes: "
                           f"restore the run's config.yaml or delete it to serve the model alone")
     return cfg
+
+
+def _task_info(entry: dict) -> TaskInfo:
+    """A head as the ``multitask_heads`` modification recorded it (labels fall back to class numbers)."""
+    n, kind = int(entry["num_labels"]), str(entry["kind"])
+    labels = [] if kind == "regression" else [str(x) for x in entry.get("labels") or range(n)]
+    return TaskInfo(str(entry["name"]), kind, labels, _is_pair(entry["name"]))
 
 
 def _is_pair(task: str | None) -> bool | None:
