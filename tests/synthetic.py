@@ -25,3 +25,14 @@ def write_task(folder: Path, n_train: int = 400, n_dev: int = 100, seed: int = 0
         p.write_text("\n".join(lines) + "\n")
         paths[split] = str(p)
     return paths
+
+
+def tiny_teacher(files: dict, out) -> str:
+    """A `tiny` classifier fine-tuned for 24 steps on a ``write_task`` task: the teacher of the distillation tests."""
+    from ptmlab.train.args import FinetuneConfig
+    from ptmlab.train.finetune import run_finetune
+
+    run_finetune(FinetuneConfig(model="tiny", task="synthetic", train_file=files["train"], dev_file=files["dev"],
+                                max_length=32, lr=3e-3, batch_size=16, max_steps=24, seed=0, output=str(out),
+                                precision="fp32"))
+    return str(out)

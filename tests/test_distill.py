@@ -17,7 +17,7 @@ from ptmlab.data.encode import encode_split
 from ptmlab.distill.config import DistillConfig
 from ptmlab.distill.pipeline import run_distill
 from tests.conftest import ROOT, assert_clean_error, kill_at_step, run_cli
-from tests.synthetic import write_task
+from tests.synthetic import tiny_teacher, write_task
 
 
 @pytest.fixture(scope="module")
@@ -27,14 +27,7 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def teacher(files, tmp_path_factory):
-    from ptmlab.train.args import FinetuneConfig
-    from ptmlab.train.finetune import run_finetune
-
-    out = tmp_path_factory.mktemp("teacher") / "run"
-    run_finetune(FinetuneConfig(model="tiny", task="synthetic", train_file=files["train"], dev_file=files["dev"],
-                                max_length=32, lr=3e-3, batch_size=16, max_steps=24, seed=0, output=str(out),
-                                precision="fp32"))
-    return str(out)
+    return tiny_teacher(files, tmp_path_factory.mktemp("teacher") / "run")
 
 
 def cfg(files, teacher, out, **kw):

@@ -78,6 +78,9 @@ class VictimClient:
             out = self._post(texts[s:s + self.chunk], pairs[s:s + self.chunk] if pairs is not None else None, stats)
             names, policy = out["label_names"], out["policy"]
             for p in out["predictions"]:
+                if "label_id" not in p:  # a regression head (a multi-task victim's default task) answers a score
+                    raise PtmlabError(f"the victim answered task '{out.get('task')}' with scores, not labels: "
+                                      f"extraction needs a classification head")
                 labels.append(int(p["label_id"]))
                 if probs is not None and p.get("probs") is not None:
                     probs.append([float(x) for x in p["probs"]])

@@ -1,10 +1,11 @@
 """Long strategies inside a ``finetune`` or ``evaluate`` run: the checks, the training loss and the dev evaluator.
 
-``--long-strategy truncate`` is ordinary fine-tuning (inputs cut at ``--max-length``). ``chunk`` and ``window``
-need the whole document, so the run encodes with the long ``--max-length`` (e.g. 4096) and the strategy decides
-what the model reads: overlapping ``--long-chunk`` windows whose logits are pooled, or the whole document through a
-``ptmlab longify`` model. The loop's plain loss and evaluation would feed 4,096-token rows to the model as they are,
-so these runs pass ``long_loss`` and an evaluator built on ``long_logits`` into the one run lifecycle instead.
+``--long-strategy truncate`` is ordinary fine-tuning (inputs cut at ``--max-length``). ``chunk``, ``window`` and
+``recurrence`` need the whole document, so the run encodes with the long ``--max-length`` (e.g. 4096) and the
+strategy decides what the model reads: overlapping ``--long-chunk`` windows whose logits are pooled, the whole
+document through a ``ptmlab longify`` model, or ``--long-chunk`` segments in order with a memory. The loop's plain
+loss and evaluation would feed 4,096-token rows to the model as they are, so these runs pass ``long_loss`` and an
+evaluator built on ``long_logits`` into the one run lifecycle instead.
 
 Everything a run can get wrong is checked here before the run directory is written: a window run on a model that
 was not longified or is too short, a chunk longer than the model's positions, a truncated input longer than the
@@ -35,21 +36,25 @@ EVAL_ROW_TOKENS = 128  # an evaluation pass holds about --eval-batch-size x this
 
 def long_settings(cfg, pieces_per_pass: int = 8) -> LongSettings:
     """The strategy settings of a config with the ``LongArgs`` fields."""
-    s = LongSettings(length=cfg.long_chunk, stride=cfg.long_stride, pool=cfg.long_pool, batch_size=pieces_per_pass)
+    stride = cfg.long_chunk - 2 if cfg.long_strategy == "recurrence" else cfg.long_stride  # segments do not overlap
+    s = LongSettings(length=cfg.long_chunk, stride=stride, pool=cfg.long_pool, batch_size=pieces_per_pass,
+                     memory=cfg.long_memory, segment_pool=cfg.long_segment_pool)
     s.validate()
     return s
 
 
 def piece_tokens(cfg) -> int:
     """The longest piece the model reads in one row under the config's strategy."""
-    return cfg.long_chunk if cfg.long_strategy == "chunk" else cfg.max_length
+    return cfg.long_chunk if cfg.long_strategy in ("chunk", "recurrence") else cfg.max_length
 
 
 def tokens_per_example(cfg) -> int:
     """Upper bound on the tokens the model reads for one example (chunks overlap, so chunking reads more)."""
-    if cfg.long_strategy != "chunk" or cfg.max_length <= cfg.long_chunk:
+    if cfg.long_strategy not in ("chunk", "recurrence") or cfg.max_length <= cfg.long_chunk:
         return min(cfg.max_length, piece_tokens(cfg))
     body, size = cfg.max_length - 2, cfg.long_chunk - 2
+    if cfg.long_strategy == "recurrence":  # every segment once (kept for the backward pass when pooled over segments)
+        return math.ceil(body / size) * cfg.long_chunk
     return (math.ceil((body - size) / cfg.long_stride) + 1) * cfg.long_chunk
 
 
@@ -131,6 +136,10 @@ def plan_long_finetune(cfg, resume: bool = False) -> LongPlan:
 
     if cfg.long_strategy == "truncate" and cfg.max_length <= 512:
         return LongPlan(cfg)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if cfg.long_strategy == "recurrence" and world > 1:
+        raise PtmlabError(f"--long-strategy recurrence runs one forward pass per segment, which distributed training "
+                          f"does not support ({world} processes): run it in one process")
     data = load_task_data(cfg)
     model = build_task_model(cfg, data)
     check_long_model(model, cfg, data)
@@ -139,7 +148,7 @@ def plan_long_finetune(cfg, resume: bool = False) -> LongPlan:
         return LongPlan(cfg)
     notes = []
     if not resume and cfg.grad_accum == 1:
-        k = micro_batch_accum(cfg, int(os.environ.get("WORLD_SIZE", "1")))
+        k = micro_batch_accum(cfg, world)
         if k > 1:
             cfg = dataclasses.replace(cfg, grad_accum=k)
             notes.append(f"--long-strategy {cfg.long_strategy}: each batch of {cfg.batch_size} runs as {k} "

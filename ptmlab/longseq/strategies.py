@@ -6,6 +6,9 @@
   max). Cost is linear in length; no window sees the others.
 - ``window``: the whole document in one pass through a longified model (``ptmlab longify``), whose sliding-window +
   global attention lets information flow across the document through stacked layers and the global [CLS].
+- ``recurrence``: consecutive non-overlapping segments of ``length`` tokens read in order, each layer's attention
+  also seeing the previous segment's states (Transformer-XL's memory, ``ptmlab.longseq.recurrence``); the last
+  segment's logits by default (``segment_pool``). Cost is linear in length, segments run one after another.
 
 Every strategy turns one example into "pieces" (token id lists) and pools the pieces' logits, so the same code
 gives evaluation logits (``long_logits``) and the per-example training loss (``long_loss``, the training loop's
@@ -22,8 +25,9 @@ import torch.nn.functional as F
 
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.progress import progress
+from ptmlab.longseq.recurrence import SEGMENT_POOLS, check_recurrence, recurrent_logits, segments_of
 
-LONG_STRATEGIES = ("truncate", "chunk", "window")
+LONG_STRATEGIES = ("truncate", "chunk", "window", "recurrence")
 POOLS = ("mean", "max")
 
 
@@ -32,7 +36,9 @@ class LongSettings:
     length: int = 512  # tokens per piece for truncate / chunk, special tokens included
     stride: int = 256  # tokens between the starts of consecutive chunks (overlap = length - 2 - stride)
     pool: str = "mean"  # how chunk logits combine: mean or max
-    batch_size: int = 8  # pieces per forward pass in long_logits
+    batch_size: int = 8  # pieces per forward pass in long_logits (recurrence: documents per pass)
+    memory: int | None = None  # recurrence: memory tokens (None: one segment, 0: no memory)
+    segment_pool: str = "last"  # recurrence: the last segment's logits, or mean / max over the segments' logits
 
     def validate(self) -> None:
         if self.length < 3:
@@ -42,6 +48,10 @@ class LongSettings:
                               f"pick e.g. {max(1, (self.length - 2) // 2)}")
         if self.pool not in POOLS:
             raise PtmlabError(f"chunk pooling '{self.pool}' is unknown: choose mean or max")
+        if self.memory is not None and self.memory < 0:
+            raise PtmlabError(f"memory of {self.memory} tokens is negative: use 0 (no recurrence) or more, e.g. 512")
+        if self.segment_pool not in SEGMENT_POOLS:
+            raise PtmlabError(f"segment pooling '{self.segment_pool}' is unknown: choose {', '.join(SEGMENT_POOLS)}")
 
 
 def truncate_ids(ids: list[int], length: int) -> list[int]:
@@ -66,6 +76,8 @@ def pieces_of(strategy: str, ids: list[int], settings: LongSettings) -> list[lis
         return chunk_ids(ids, settings.length, settings.stride)
     if strategy == "window":
         return [list(ids)]
+    if strategy == "recurrence":
+        return segments_of(ids, settings.length)
     raise PtmlabError(f"unknown long strategy '{strategy}': choose {', '.join(LONG_STRATEGIES)}")
 
 
@@ -83,6 +95,8 @@ def check_strategy(model, strategy: str, settings: LongSettings, longest: int | 
         if longest is not None:
             check_max_length(model, longest)
     else:
+        if strategy == "recurrence":
+            check_recurrence(model)
         check_max_length(model, settings.length)
 
 
@@ -109,7 +123,9 @@ def pool_logits(logits: torch.Tensor, owner: torch.Tensor, n: int, how: str) -> 
 
 
 def _forward_pieces(model, examples: list[list[int]], strategy: str, settings: LongSettings) -> torch.Tensor:
-    """Logits (n, k) of a list of examples, all pieces in one forward pass."""
+    """Logits (n, k) of a list of examples, all pieces in one forward pass (recurrence: one pass per segment)."""
+    if strategy == "recurrence":
+        return recurrent_logits(model, examples, settings.length, settings.memory, settings.segment_pool)
     pieces, owners = [], []
     for i, ids in enumerate(examples):
         for p in pieces_of(strategy, ids, settings):
@@ -130,7 +146,7 @@ def long_logits(model, examples: list[list[int]], strategy: str = "chunk",
     out = []
     # pieces per batch stay near batch_size; examples of similar length go together
     order = sorted(range(len(examples)), key=lambda i: len(examples[i]))
-    per_example = [len(pieces_of(strategy, examples[i], settings)) for i in order]
+    per_example = [1 if strategy == "recurrence" else len(pieces_of(strategy, examples[i], settings)) for i in order]
     quiet = True if sum(len(e) for e in examples) < 100_000 else None  # a bar only for long evaluations
     with torch.inference_mode(), progress(total=len(order), desc=f"evaluate ({strategy})", disable=quiet) as bar:
         start = 0

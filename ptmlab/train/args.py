@@ -45,7 +45,8 @@ class DataArgs:
                 raise PtmlabError(f"--{name.replace('_', '-')} must be >= 0, got {v}")
 
 
-LONG_STRATEGIES = ("truncate", "chunk", "window")  # ptmlab.longseq.strategies implements them (train may not import it)
+# ptmlab.longseq.strategies implements them (train may not import it)
+LONG_STRATEGIES = ("truncate", "chunk", "window", "recurrence")
 
 
 @dataclass(frozen=True)
@@ -54,20 +55,30 @@ class LongArgs:
     ``evaluate`` take these, so commands that would ignore them do not offer them."""
 
     long_strategy: str = opt("truncate", "long inputs: truncate to --max-length (the usual), chunk (overlapping "
-                                         "--long-chunk windows, logits pooled) or window (a `ptmlab longify` model "
-                                         "reads all --max-length tokens)", choices=list(LONG_STRATEGIES))
-    long_chunk: int = opt(512, "chunk strategy: tokens per chunk, special tokens included")
+                                         "--long-chunk windows, logits pooled), window (a `ptmlab longify` model "
+                                         "reads all --max-length tokens) or recurrence (--long-chunk segments in "
+                                         "order, each attending to the previous one's states)",
+                             choices=list(LONG_STRATEGIES))
+    long_chunk: int = opt(512, "chunk and recurrence strategies: tokens per chunk / segment, special tokens included")
     long_stride: int = opt(256, "chunk strategy: tokens between the starts of consecutive chunks")
     long_pool: str = opt("mean", "chunk strategy: pool the chunks' logits by mean or max", choices=["mean", "max"])
+    long_memory: int | None = opt(None, "recurrence strategy: memory tokens from earlier segments (default: one "
+                                        "segment, --long-chunk; 0: no memory)")
+    long_segment_pool: str = opt("last", "recurrence strategy: the last segment's logits (its [CLS] has seen the "
+                                         "document through the memory) or mean / max over every segment's",
+                                 choices=["last", "mean", "max"])
 
     def validate_long(self) -> None:
         if self.long_strategy not in LONG_STRATEGIES:
             raise PtmlabError(f"--long-strategy '{self.long_strategy}' is unknown: choose {', '.join(LONG_STRATEGIES)}")
         if self.long_pool not in ("mean", "max"):
             raise PtmlabError(f"--long-pool '{self.long_pool}' is unknown: choose mean or max")
+        if self.long_segment_pool not in ("last", "mean", "max") or (self.long_memory or 0) < 0:
+            raise PtmlabError(f"--long-segment-pool '{self.long_segment_pool}' / --long-memory {self.long_memory}: "
+                              f"choose last, mean or max and a memory of 0 or more tokens")
         if self.long_chunk < 3:
             raise PtmlabError(f"--long-chunk {self.long_chunk} is too short: use at least 3 tokens (e.g. 512)")
-        if not 1 <= self.long_stride <= self.long_chunk - 2:
+        if self.long_strategy != "recurrence" and not 1 <= self.long_stride <= self.long_chunk - 2:  # unused there
             raise PtmlabError(f"--long-stride {self.long_stride} must be between 1 and --long-chunk - 2 = "
                               f"{self.long_chunk - 2}: e.g. {max(1, self.long_chunk // 2)}")
 
