@@ -64,3 +64,12 @@ def test_bad_options(tmp_path):
     with pytest.raises(PtmlabError, match="--short-length 1024 exceeds"):
         run(["--budget", "small", "--short-length", "1024", "--output", str(tmp_path)])
     assert not (tmp_path / "results.json").exists()
+
+
+def test_recurrence_is_reported_beside_the_rule_without_entering_it():
+    acc = {"truncate": [0.50, 0.52, 0.51], "window": [0.60, 0.63, 0.61]}
+    base = q11_verdict(1.05, acc)
+    with_rec = q11_verdict(1.05, {**acc, "recurrence": [0.20, 0.21, 0.22]})
+    assert with_rec.outcome == base.outcome == "supported"
+    assert "segment recurrence reaches 0.2100" in with_rec.reason
+    assert "recurrence" not in base.reason

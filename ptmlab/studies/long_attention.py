@@ -31,6 +31,8 @@ accuracy, window minus truncation (the same seed for both), gets a 95% paired t 
 - not supported: the window exponent is > 1.5, or the interval lies below 0;
 - inconclusive: anything else (an interval that includes 0, one seed, or an exponent between 1.3 and 1.5).
 Chunk-and-pool is reported beside it: window is "as good as" chunking when their paired interval includes 0.
+``--variants truncate,chunk,window,recurrence`` adds Transformer-XL-style segment recurrence (``--short-length``
+segments in order, a memory of two segments), reported beside the rule, which it does not enter.
 
 ``--budget small`` runs the tiny random model on a synthetic long task (``ptmlab.longseq.synthetic``: class keywords
 scattered over 240 filler words) at 64-256 tokens with one seed in about a minute: it checks the machinery, not
@@ -65,7 +67,8 @@ CLAIM = Claim(
          "supported when both parts are, not supported when either is not, inconclusive otherwise.",
 )
 
-VARIANTS = ("truncate", "chunk", "window")
+VARIANTS = ("truncate", "chunk", "window", "recurrence")
+DEFAULT_VARIANTS = ("truncate", "chunk", "window")
 IMPLS = {"eager": "eager", "sdpa": "sdpa", "window": "ptmlab_window"}
 COST_HIDDEN = 384  # the MiniLM-shaped cost model (ptmlab.longseq.cost.MINILM_SHAPE)
 
@@ -86,7 +89,8 @@ class LongAttentionArgs(StudyArgs):
     window: int = opt(256, "window attention width (total, half each side)")
     long_stride: int = opt(256, "chunk-and-pool: tokens between chunk starts")
     long_pool: str = opt("mean", "chunk-and-pool: pool logits by mean or max", choices=["mean", "max"])
-    variants: list[str] = opt(list(VARIANTS), "strategies to compare (truncate, chunk, window)")
+    variants: list[str] = opt(list(DEFAULT_VARIANTS), "strategies to compare (truncate, chunk, window; recurrence "
+                               "on request: segments with a memory, reported beside the rule)")
     seeds: list[str] = opt(["0", "1"], "fine-tuning seeds (at least 2 for an interval; --budget full: 0,1,2)")
     epochs: float = opt(2.0, "epochs of every variant")
     batch_size: int = opt(16, "documents per optimizer step")
@@ -163,6 +167,8 @@ def q11_verdict(window_exponent: float | None, acc: dict[str, list[float]]) -> V
         rel = "as good as" if c.low <= 0 <= c.high else ("better than" if c.low > 0 else "worse than")
         said += f"; window is {rel} chunk-and-pool ({statistics.mean(acc['chunk']):.4f}; window minus chunk " \
                 f"{c.text()})"
+    if acc.get("recurrence"):
+        said += f"; segment recurrence reaches {statistics.mean(acc['recurrence']):.4f}"
     return Verdict(outcome, said, est)
 
 
@@ -242,6 +248,10 @@ def run_variants(a: LongAttentionArgs, out: Path) -> tuple[list[dict], dict[str,
         "truncate": dict(model=a.model, max_length=a.short_length, long_strategy="truncate"),
         "chunk": dict(model=a.model, max_length=a.max_length, long_strategy="chunk", long_chunk=a.short_length),
         "window": dict(max_length=a.max_length, long_strategy="window"),
+        # a memory of two segments, so that the last segment of a 9-segment document reaches the first through a
+        # 6-layer model's chain of memories (reach = memory segments x layers)
+        "recurrence": dict(model=a.model, max_length=a.max_length, long_strategy="recurrence",
+                           long_chunk=a.short_length, long_memory=2 * a.short_length),
     }
     if "window" in a.variants:
         settings["window"]["model"] = _long_model(a, out)
