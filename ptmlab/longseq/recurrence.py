@@ -184,7 +184,8 @@ def memory_attention(model, memory_tokens: int) -> Iterator[Recurrence]:
             att._ptmlab_memory = None
 
 
-def _pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_rows(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id lists -> (ids, attention mask), right-padded to the longest."""
     longest = max(len(r) for r in rows)
     ids = torch.full((len(rows), longest), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), longest), dtype=torch.long)
@@ -217,7 +218,7 @@ def recurrent_logits(model, examples: list[list[int]], length: int = 512, memory
         for t in range(steps):
             active = [i for i in order if len(segs[i]) > t]
             ending = any(len(segs[i]) == t + 1 for i in active)
-            ids, mask = _pad([segs[i][t] for i in active], pad_id, device)
+            ids, mask = pad_rows([segs[i][t] for i in active], pad_id, device)
             with torch.set_grad_enabled(grad and (pool != "last" or ending)):
                 logits, mem = rec.step(ids, mask, mem)
             for row, i in enumerate(active):

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.progress import progress
-from ptmlab.longseq.recurrence import SEGMENT_POOLS, check_recurrence, recurrent_logits, segments_of
+from ptmlab.longseq.recurrence import SEGMENT_POOLS, check_recurrence, pad_rows, recurrent_logits, segments_of
 
 LONG_STRATEGIES = ("truncate", "chunk", "window", "recurrence")
 POOLS = ("mean", "max")
@@ -100,16 +100,6 @@ def check_strategy(model, strategy: str, settings: LongSettings, longest: int | 
         check_max_length(model, settings.length)
 
 
-def _pad(pieces: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    longest = max(len(p) for p in pieces)
-    ids = torch.full((len(pieces), longest), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(pieces), longest), dtype=torch.long)
-    for row, p in enumerate(pieces):
-        ids[row, : len(p)] = torch.tensor(p)
-        mask[row, : len(p)] = 1
-    return ids.to(device), mask.to(device)
-
-
 def pool_logits(logits: torch.Tensor, owner: torch.Tensor, n: int, how: str) -> torch.Tensor:
     """Combine piece logits (m, k) into example logits (n, k); ``owner[i]`` is piece i's example."""
     k = logits.shape[-1]
@@ -133,7 +123,7 @@ def _forward_pieces(model, examples: list[list[int]], strategy: str, settings: L
             owners.append(i)
     device = next(model.parameters()).device
     config = getattr(model, "module", model).config
-    ids, mask = _pad(pieces, int(getattr(config, "pad_token_id", 0) or 0), device)
+    ids, mask = pad_rows(pieces, int(getattr(config, "pad_token_id", 0) or 0), device)
     logits = model(input_ids=ids, attention_mask=mask).logits.float()
     return pool_logits(logits, torch.tensor(owners, device=device), len(examples), settings.pool)
 
