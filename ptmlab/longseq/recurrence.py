@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from ptmlab.core.errors import PtmlabError
+from ptmlab.longseq.window import register_attention
 from ptmlab.models.structure import structure_of
 
 ATTN_NAME = "ptmlab_memory"
@@ -102,23 +103,7 @@ def _memory_attention(module, query, key, value, attention_mask, scaling=None, d
     return out.transpose(1, 2), None
 
 
-def _padding_mask(batch_size=None, q_length=None, kv_length=None, attention_mask=None, **kwargs):
-    """``AttentionMaskInterface`` entry: keep the (batch, length) padding mask as it is (None: no padding)."""
-    if attention_mask is None or bool(attention_mask.all()):
-        return None
-    return attention_mask.to(torch.bool)
-
-
-def register() -> None:
-    """Make ``attn_implementation="ptmlab_memory"`` known to transformers (idempotent)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
-
-    AttentionInterface.register(ATTN_NAME, _memory_attention)
-    AttentionMaskInterface.register(ATTN_NAME, _padding_mask)
-
-
-register()
+register_attention(ATTN_NAME, _memory_attention)
 
 
 class Recurrence:

@@ -157,13 +157,14 @@ def _padding_mask(batch_size=None, q_length=None, kv_length=None, attention_mask
     return attention_mask.to(torch.bool)
 
 
-def register() -> None:
-    """Make ``attn_implementation="ptmlab_window"`` known to transformers (idempotent)."""
+def register_attention(name: str, forward) -> None:
+    """Make ``attn_implementation=name`` known to transformers with ``forward`` as its attention function and the
+    2D padding mask handed through unchanged (idempotent; the memory attention of ``recurrence`` uses it too)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
-    AttentionInterface.register(ATTN_NAME, _interface_forward)
-    AttentionMaskInterface.register(ATTN_NAME, _padding_mask)
+    AttentionInterface.register(name, forward)
+    AttentionMaskInterface.register(name, _padding_mask)
 
 
-register()
+register_attention(ATTN_NAME, _interface_forward)
