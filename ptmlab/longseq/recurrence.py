@@ -43,10 +43,10 @@ import torch.nn.functional as F
 from ptmlab.core.errors import PtmlabError
 from ptmlab.longseq.window import register_attention
 from ptmlab.models.structure import structure_of
+from ptmlab.train.args import SEGMENT_POOLS
 
 ATTN_NAME = "ptmlab_memory"
 SUPPORTED = ("bert", "roberta", "electra", "distilbert")
-SEGMENT_POOLS = ("last", "mean", "max")
 
 
 class LayerMemory(NamedTuple):

@@ -47,6 +47,7 @@ class DataArgs:
 
 # ptmlab.longseq.strategies implements them (train may not import it)
 LONG_STRATEGIES = ("truncate", "chunk", "window", "recurrence")
+SEGMENT_POOLS = ("last", "mean", "max")  # recurrence: segment logits -> document logits
 
 
 @dataclass(frozen=True)
@@ -66,16 +67,19 @@ class LongArgs:
                                         "segment, --long-chunk; 0: no memory)")
     long_segment_pool: str = opt("last", "recurrence strategy: the last segment's logits (its [CLS] has seen the "
                                          "document through the memory) or mean / max over every segment's",
-                                 choices=["last", "mean", "max"])
+                                 choices=list(SEGMENT_POOLS))
 
     def validate_long(self) -> None:
         if self.long_strategy not in LONG_STRATEGIES:
             raise PtmlabError(f"--long-strategy '{self.long_strategy}' is unknown: choose {', '.join(LONG_STRATEGIES)}")
         if self.long_pool not in ("mean", "max"):
             raise PtmlabError(f"--long-pool '{self.long_pool}' is unknown: choose mean or max")
-        if self.long_segment_pool not in ("last", "mean", "max") or (self.long_memory or 0) < 0:
-            raise PtmlabError(f"--long-segment-pool '{self.long_segment_pool}' / --long-memory {self.long_memory}: "
-                              f"choose last, mean or max and a memory of 0 or more tokens")
+        if self.long_segment_pool not in SEGMENT_POOLS:
+            raise PtmlabError(f"--long-segment-pool '{self.long_segment_pool}' is unknown: choose "
+                              f"{', '.join(SEGMENT_POOLS)}")
+        if (self.long_memory or 0) < 0:
+            raise PtmlabError(f"--long-memory {self.long_memory} is negative: use 0 (no memory) or more tokens, "
+                              f"e.g. 512")
         if self.long_chunk < 3:
             raise PtmlabError(f"--long-chunk {self.long_chunk} is too short: use at least 3 tokens (e.g. 512)")
         if self.long_strategy != "recurrence" and not 1 <= self.long_stride <= self.long_chunk - 2:  # unused there
