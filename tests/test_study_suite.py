@@ -175,3 +175,23 @@ def test_study_all_command_exits_1_when_a_study_failed(tmp_path, monkeypatch, ca
     out = capsys.readouterr().out
     assert "1 of 2 studies failed: broken" in out and re.search(r"^good\s+done", out, re.M)
     assert command(["--budget", "small", "--only", "good", "--output", str(tmp_path)]) == 0
+
+
+def test_a_finished_variant_is_reused_only_with_the_same_settings(tmp_path):
+    """Resuming reuses a finished run made with the same settings; one made with other settings (an earlier
+    budget) is a one-line error naming the difference, and ``--overwrite`` redoes it."""
+    import dataclasses
+
+    from ptmlab.studies.common import SMALL_FINETUNE, StudyArgs, finetune_variant, parse_study_args
+
+    a = parse_study_args("t", StudyArgs, ["--budget", "small", "--task", "tweets"], small=SMALL_FINETUNE)
+    out = tmp_path / "variant"
+    first = finetune_variant(a, out, seed=0)
+    stamp = (out / "model.safetensors").stat().st_mtime_ns
+    assert finetune_variant(a, out, seed=0) == first
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp
+    with pytest.raises(PtmlabError, match=r"other settings \(max_train 64 there, 32 now\).*--overwrite"):
+        finetune_variant(dataclasses.replace(a, max_train=32), out, seed=0)
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp
+    redone = finetune_variant(dataclasses.replace(a, max_train=32, overwrite=True), out, seed=0)
+    assert redone["train_examples"] == 32 and first["train_examples"] == 64

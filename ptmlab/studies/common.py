@@ -4,6 +4,7 @@ them into a command's config through the one validating builder, running fine-tu
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,17 +138,41 @@ def choose_then_test(candidates: dict[str, list[list[float]]], baseline: list[li
     return best, choose, est
 
 
-def finetune_variant(base, out_dir: Path, **overrides) -> dict:
-    """Fine-tune one variant of a study into ``out_dir``; reuses a finished variant's summary."""
+# options that may differ between a finished variant and the same variant asked for again
+_NOT_SETTINGS = frozenset({"output", "overwrite", "resume", "command"})
+
+
+def finished_variant(out_dir: Path, cfg, overwrite: bool = False) -> dict | None:
+    """The summary of the run in ``out_dir`` when it finished with the settings of ``cfg`` (a command config);
+    None when it has not finished or ``overwrite`` is set. A finished run made with other settings (a study rerun
+    with another ``--budget``, say) is a one-line error rather than silently reused as if it were this one."""
+    from ptmlab.core.config import config_to_dict
+    from ptmlab.core.errors import PtmlabError
     from ptmlab.core.rundir import RunDir
+
+    if overwrite or not (out_dir / "summary.json").is_file():
+        return None
+    run = RunDir(out_dir)
+    saved = run.read_config() if run.file("config.yaml").is_file() else {}
+    want = json.loads(json.dumps(config_to_dict(cfg), default=str))
+    differ = [k for k, v in want.items() if k not in _NOT_SETTINGS and k in saved
+              and json.loads(json.dumps(saved[k], default=str)) != v]
+    if differ:
+        shown = ", ".join(f"{k} {saved[k]!r} there, {want[k]!r} now" for k in differ[:3])
+        raise PtmlabError(f"'{out_dir}' holds a finished run made with other settings ({shown}"
+                          f"{', ...' if len(differ) > 3 else ''}): pass --overwrite to redo it, or another --output")
+    return run.summary()
+
+
+def finetune_variant(base, out_dir: Path, **overrides) -> dict:
+    """Fine-tune one variant of a study into ``out_dir``; reuses a finished variant made with the same settings."""
     from ptmlab.train.args import FinetuneConfig
     from ptmlab.train.finetune import run_finetune
 
-    if (out_dir / "summary.json").is_file() and not getattr(base, "overwrite", False):
-        return RunDir(out_dir).summary()
     overrides.setdefault("tasks", [])  # a study's own --tasks lists tasks to run one by one, not one multi-task run
     cfg = command_config(base, FinetuneConfig, output=str(out_dir), **overrides)
-    return run_finetune(cfg, command="study")
+    done = finished_variant(out_dir, cfg, getattr(base, "overwrite", False))
+    return done if done is not None else run_finetune(cfg, command="study")
 
 
 def write_study(out: Path, title: str, rows: list[dict], verdict, figures=(), extra: dict | None = None,

@@ -145,19 +145,18 @@ def build_corpora(a: DataQualityArgs, out: Path) -> dict:
 
 # ------------------------------------------------------------------------------------------------ the runs
 def pretrain(a: DataQualityArgs, files: str, valid: str, seed: int, out_dir: Path, max_steps: int = 0) -> dict:
-    from ptmlab.core.rundir import RunDir
     from ptmlab.pretrain.config import PretrainConfig
     from ptmlab.pretrain.run import run_pretrain
+    from ptmlab.studies.common import finished_variant
 
-    if (out_dir / "summary.json").is_file() and not a.overwrite:
-        return RunDir(out_dir).summary()
     cfg = build_config(PretrainConfig, dict(
         files=[files], valid_files=[valid], objective="mlm", arch="bert", tokenizer=a.tokenizer,
         layers=a.pt_layers, hidden=a.pt_hidden, heads=max(1, a.pt_hidden // 32), ffn=4 * a.pt_hidden,
         block_size=a.block_size, batch_size=a.pt_batch_size, lr=a.pt_lr, seed=seed, epochs=1.0, max_steps=max_steps,
         eval_steps=0, eval_blocks=a.eval_blocks, precision=a.precision, output=str(out_dir), overwrite=True,
         logging_steps=10), source="study")
-    return run_pretrain(cfg, command="study")
+    done = finished_variant(out_dir, cfg, a.overwrite)
+    return done if done is not None else run_pretrain(cfg, command="study")
 
 
 @STUDIES.register("data-quality", help="Q4: a cleaner pre-training corpus vs a larger raw one (eval loss, fine-tuning)")

@@ -87,18 +87,18 @@ def _teacher(a: DistillationStudyArgs, out: Path) -> str:
 
 def _distill(a: DistillationStudyArgs, teacher: str, method: str, out: Path, seed: int) -> dict:
     from ptmlab.core.config import build_config
-    from ptmlab.core.rundir import RunDir
     from ptmlab.distill.config import DistillConfig
     from ptmlab.distill.pipeline import run_distill
+    from ptmlab.studies.common import finished_variant
 
-    if (out / "summary.json").is_file() and not a.overwrite:
-        return RunDir(out).summary()
     extra = METHODS.get(method, dict(losses=["soft_ce"], alpha=0.0))  # none: alpha 0 = labels only
     student = a.mobile if method == "mobilebert" else a.student
     values = dict(teacher=teacher, student=student, task=a.task, glue_dir=a.glue_dir, max_train=a.max_train,
                   max_eval=a.max_eval, max_length=a.max_length, epochs=a.epochs, lr=a.lr, batch_size=a.batch_size,
                   seed=seed, output=str(out), overwrite=True, test=False, **extra)
-    return run_distill(build_config(DistillConfig, values, source="study"), command="study")
+    cfg = build_config(DistillConfig, values, source="study")
+    done = finished_variant(out, cfg, a.overwrite)
+    return done if done is not None else run_distill(cfg, command="study")
 
 
 def _latency(run: str, texts: list[str]) -> float:

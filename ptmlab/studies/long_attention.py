@@ -214,15 +214,16 @@ def top_exponent(rows: list[dict], impl: str, key: str = "latency_s") -> float |
 
 def _variant(a: LongAttentionArgs, out_dir: Path, files: dict, **overrides) -> dict:
     """Fine-tune one (strategy, seed) variant through ``finetune``'s long-input plan; reuse a finished one."""
-    from ptmlab.core.rundir import RunDir
     from ptmlab.longseq.runs import plan_long_finetune
+    from ptmlab.studies.common import finished_variant
     from ptmlab.train.args import FinetuneConfig
     from ptmlab.train.finetune import run_finetune
 
-    if (out_dir / "summary.json").is_file() and not a.overwrite:
-        return RunDir(out_dir).summary()
     cfg = command_config(a, FinetuneConfig, output=str(out_dir), test=False, **files, **overrides)
     plan = plan_long_finetune(cfg)
+    done = finished_variant(out_dir, plan.cfg, a.overwrite)
+    if done is not None:
+        return done
     return run_finetune(plan.cfg, command="study", loss_fn=plan.loss_fn, evaluator=plan.evaluator)
 
 

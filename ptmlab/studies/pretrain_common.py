@@ -140,13 +140,14 @@ def pretrain_config(a, out: Path, seed: int, **overrides):
 
 def pretrain_variant(cfg, overwrite: bool = False) -> dict:
     """Run one pre-training; a finished run (summary.json) is reused, a killed one resumed from its checkpoint."""
-    from ptmlab.core.rundir import RunDir
     from ptmlab.pretrain.run import run_pretrain
+    from ptmlab.studies.common import finished_variant
 
     out = Path(cfg.output)
     if not overwrite:
-        if (out / "summary.json").is_file():
-            return RunDir(out).summary()
+        done = finished_variant(out, cfg)
+        if done is not None:
+            return done
         if (out / "checkpoint").is_dir():
             return run_pretrain(cfg, resume=True, command="study")
     return run_pretrain(cfg, command="study")

@@ -18,7 +18,9 @@ ticket is the union of the tasks' tickets (``--share union``: every unit some ta
 all keep, which can leave a layer empty and is then a one-line error) applied to the *pretrained* model
 (``compress.tickets.build_ticket``), then given a head per task and fine-tuned multi-task (``ptmlab finetune
 --tasks``) with the same budget as the full model. ``--budget small``: tiny model, tweets + small MRPC and RTE
-subsets, one seed (no interval: inconclusive); default and full: seeds 0,1,2.
+subsets, one seed (no interval: inconclusive); default: seeds 0,1,2; full: the ``multitask`` study's full budget
+(2,000 examples per task, 3 epochs, rate 1e-4, whole dev sets), so the two studies' single-task and full multi-task
+runs are the same runs.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import (
-    FULL_FINETUNE,
     SMALL_FINETUNE,
     StudyArgs,
     finetune_variant,
@@ -43,6 +44,9 @@ from ptmlab.studies.common import (
     seed_list,
     write_study,
 )
+from ptmlab.studies.multitask import FULL as MULTITASK_FULL
+from ptmlab.studies.multitask import SMALL_TASKS
+from ptmlab.studies.multitask import TASKS as MULTITASK_TASKS
 from ptmlab.studies.verdict import Claim, Verdict, combine, decide_above, paired_seeds
 
 CLAIM = Claim(
@@ -62,9 +66,9 @@ CLAIM = Claim(
 @dataclass(frozen=True)
 class TicketSharingArgs(StudyArgs):
     model: str = opt("minilm", "pretrained zoo model or model directory every task and ticket starts from")
-    tasks: list[str] = opt(["sst2", "mrpc", "rte", "cola", "stsb"], "tasks whose tickets are compared and shared "
-                                                                    "(those without data are skipped)")
-    small_tasks: list[str] = opt(["mrpc", "rte", "cola", "stsb"], "the tasks part (2) of the claim is about")
+    tasks: list[str] = opt(list(MULTITASK_TASKS), "tasks whose tickets are compared and shared (those without data "
+                                                  "are skipped)")
+    small_tasks: list[str] = opt(list(SMALL_TASKS), "the tasks part (2) of the claim is about")
     ratio: float = opt(0.3, "fraction of heads and of FFN neurons each task's ticket removes, in (0, 1)")
     share: str = opt("union", "the shared ticket: union (kept by any task) or intersection (kept by every task)",
                      choices=["union", "intersection"])
@@ -92,7 +96,7 @@ class TicketSharingArgs(StudyArgs):
 
 SMALL = {**SMALL_FINETUNE, "tasks": ["tweets", "mrpc", "rte"], "small_tasks": ["mrpc", "rte"], "seeds": ["0"],
          "importance_examples": 32}
-FULL = {**FULL_FINETUNE}
+FULL = {**MULTITASK_FULL}  # the multitask study's full budget: its single-task and full multi-task runs are these
 
 
 def task_ticket(a: TicketSharingArgs, task: str, run_dir: Path, seed: int) -> dict:
