@@ -87,7 +87,9 @@ def test_information_reaches_the_last_segment_only_through_the_memory(family):
         last_alone = model(input_ids=torch.tensor([segments_of(doc, SEG)[-1]])).logits[0]
     assert (base - other).abs().max() > 1e-3  # segment 1 -> memory -> segment 2 -> memory -> segment 3
     assert torch.allclose(base, alone, atol=1e-5)  # batching documents does not mix their memories
-    assert torch.equal(no_mem, no_mem_changed)  # without memory the first segment cannot matter
+    # without memory the first segment cannot matter (up to the kernels' rounding: rows of one batch may take
+    # different blocking paths on CPUs with AMX)
+    assert torch.allclose(no_mem, no_mem_changed, atol=1e-6)
     assert torch.allclose(no_mem, last_alone, atol=1e-5)
     assert (base - no_mem).abs().max() > 1e-3
 

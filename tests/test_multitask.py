@@ -17,8 +17,9 @@ from ptmlab.data.encode import Encoded
 from ptmlab.data.multitask import MultiTaskSource, allocate, parse_tasks, task_probabilities
 from tests.conftest import assert_clean_error, needs_glue, run_cli
 
+# fp32 everywhere: a distilled teacher's outputs are computed in fp32, and "auto" means bf16 on CPUs with AMX
 SMALL = dict(model="tiny", max_train=48, max_eval=24, max_length=32, batch_size=16, epochs=1.0, eval_batch_size=64,
-             seed=3)
+             seed=3, precision="fp32")
 
 
 def _enc(n: int, label: int = 0) -> Encoded:
@@ -130,14 +131,14 @@ def test_multitask_finetune_writes_per_task_metrics(mt_run):
 def test_evaluate_scores_each_task_with_its_head(mt_run, tmp_path):
     out, s = mt_run
     one = run_cli("evaluate", str(out), "--task", "mrpc", "--max-eval", "24", "--max-length", "32", "--seed", "3",
-                  "--output", str(tmp_path / "mrpc.json"))
+                  "--precision", "fp32", "--output", str(tmp_path / "mrpc.json"))
     assert one.returncode == 0, one.stderr[-2000:]
     r = json.loads((tmp_path / "mrpc.json").read_text())
     assert r["task"] == "mrpc" and r["metrics"]["f1"] == pytest.approx(s["task_metrics"]["mrpc"]["f1"])
     from ptmlab.commands.evaluate import EvaluateConfig
     from ptmlab.train.multitask import evaluate_tasks
 
-    cfg = build_config(EvaluateConfig, {"max_eval": 24, "max_length": 32, "seed": 3})
+    cfg = build_config(EvaluateConfig, {"max_eval": 24, "max_length": 32, "seed": 3, "precision": "fp32"})
     every = evaluate_tasks(str(out), cfg, None)
     assert set(every["tasks"]) == {"tweets", "mrpc", "stsb"}
     for t in every["tasks"]:

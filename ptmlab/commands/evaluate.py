@@ -13,7 +13,9 @@ from ptmlab.train.args import DataArgs, LongArgs
 class EvaluateConfig(LongArgs, DataArgs):
     split: str = opt("dev", "split to evaluate: dev, test or train")
     eval_batch_size: int = opt(128, "batch size")
-    precision: str = opt("fp32", "fp32 or bf16 (autocast)", choices=["auto", "fp32", "bf16"])
+    precision: str = opt("auto", "fp32, bf16 (autocast), or auto: as finetune, bf16 where the hardware has fast bf16 "
+                                 "(so a run's dev metric is reproduced on the machine that trained it), else fp32",
+                         choices=["auto", "fp32", "bf16"])
     seed: int = opt(42, "seed for --max-eval subsets")
     output: str | None = opt(None, "write the metrics as JSON to this file")
 
