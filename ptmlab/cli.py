@@ -37,13 +37,28 @@ COMMAND_MODULES = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+# verbs registered by a module not named after them (every other verb V lives in ptmlab.commands.V, - as _)
+VERB_MODULES = {verb: "ptmlab.commands.compress"
+                for verb in ("prune", "quantize", "compress", "lowrank", "share", "magnitude", "ghost")}
+
+
+def module_of(verb: str) -> str | None:
+    """The command module that registers ``verb``; None for a word that is no verb."""
+    name = VERB_MODULES.get(verb, f"ptmlab.commands.{verb.replace('-', '_')}")
+    return name if name in COMMAND_MODULES else None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The ``ptmlab`` parser. When ``argv`` starts with a verb only that verb's module is imported: some modules
+    import torch and transformers to declare their options, seconds that ``ptmlab keys list`` or a bad flag should
+    not pay. Without a verb (``--help``, a typo) every verb is registered."""
     parser = ArgParser(prog="ptmlab", description="Transfer learning with pre-trained language models.")
     from ptmlab import __version__
 
     parser.add_argument("--version", action="version", version=f"ptmlab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgParser)
-    for name in COMMAND_MODULES:
+    only = module_of(argv[0]) if argv and not argv[0].startswith("-") else None
+    for name in [only] if only else COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser
 
@@ -54,23 +69,25 @@ def _quiet_libraries() -> None:
     # HF_HUB_OFFLINE=0 (and HF_DATASETS_OFFLINE=0) to load hub ids and hub datasets.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    # transformers' warnings and progress bars off, through the variables it reads when imported, so that commands
+    # which never need it do not import it (and torch) just to silence it
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", message=".*TypedStorage.*")
-    try:
-        import transformers
-
+    if "transformers" in sys.modules:  # already imported (ptmlab used as a library, then main() called)
+        transformers = sys.modules["transformers"]
         transformers.logging.set_verbosity_error()
         transformers.logging.disable_progress_bar()
-    except ImportError:  # pragma: no cover
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:
     _quiet_libraries()
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -112,3 +112,33 @@ def test_glue_dir_without_task_folder(capsys, tmp_path):
                     "--output", str(tmp_path / "o"))
     assert rc == 2 and "RTE/train.tsv" in lines[0]
     assert GLUE.is_dir()
+
+
+def test_every_verb_maps_to_the_module_that_registers_it():
+    """``ptmlab VERB`` imports only VERB's module: the map from verb to module must match what registers it."""
+    import importlib
+
+    from ptmlab.cli import COMMAND_MODULES, module_of
+    from ptmlab.core.cli_parser import ArgParser
+
+    for name in COMMAND_MODULES:
+        sub = ArgParser(prog="t").add_subparsers(dest="command", parser_class=ArgParser)
+        importlib.import_module(name).register(sub)
+        assert sub.choices, name
+        for verb in sub.choices:
+            assert module_of(verb) == name, (verb, name)
+    assert module_of("frobnicate") is None
+
+
+def test_a_command_that_needs_no_model_does_not_import_torch(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = ("import sys; from ptmlab.cli import main; rc = main(['keys', 'list']); "
+            "print(rc, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PTMLAB_HOME": str(tmp_path)},
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.stdout.split()[-3:] == ["0", "False", "False"], (p.stdout, p.stderr)
