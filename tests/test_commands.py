@@ -20,6 +20,10 @@ def test_glue_on_tiny_prints_all_six_tasks_and_writes_a_submission(tmp_path):
     result = json.loads((out / "glue.json").read_text())
     scores = [row["score"] for row in result["tasks"] if row["task"] != "GLUE average"]
     assert result["glue_average"] == pytest.approx(sum(scores) / 6, abs=0.01)
+    times = [row["train_s"] for row in result["tasks"] if row["task"] != "GLUE average"]
+    assert all(t > 0 for t in times) and result["tasks"][-1]["train_s"] == pytest.approx(sum(times), abs=0.2)
+    assert result["settings"]["epochs"] == 1.0 and result["settings"]["max_train"] == 64
+    assert result["run"]["command"].startswith("ptmlab glue --model tiny")
     expected_rows = {"CoLA": 1063, "SST-2": 1821, "MRPC": 1725, "STS-B": 1379, "RTE": 3000, "WNLI": 146}
     for name, n in expected_rows.items():
         with open(out / "submission" / f"{name}.tsv") as f:

@@ -70,16 +70,23 @@ def run(args: argparse.Namespace) -> int:
         summ = finetune_variant(cfg, out / task, task=task, test=True)
         scores[task] = glue_score(summ["metrics"])
         rows.append({"task": task, **{k: round(v, 4) for k, v in summ["metrics"].items()},
-                     "score": round(100 * scores[task], 2), "train_examples": summ["train_examples"]})
+                     "score": round(100 * scores[task], 2), "train_examples": summ["train_examples"],
+                     "train_s": round(float(summ.get("train_seconds", 0.0)), 1)})
         write_submission(out / task, out / "submission", task)
     average = 100 * sum(scores.values()) / len(scores)
-    rows.append({"task": "GLUE average", "score": round(average, 2)})
-    columns = ["task", "accuracy", "f1", "mcc", "pearson", "spearman", "score", "train_examples"]
+    rows.append({"task": "GLUE average", "score": round(average, 2),
+                 "train_s": round(sum(r["train_s"] for r in rows), 1)})
+    columns = ["task", "accuracy", "f1", "mcc", "pearson", "spearman", "score", "train_examples", "train_s"]
     print()
     print_table(rows, columns)
+    from ptmlab.core.config import config_to_dict
+    from ptmlab.studies.verdict import run_metadata
+
     atomic_write_json(out / "glue.json", {"model": cfg.model, "tasks": rows, "glue_average": average,
+                                          "settings": config_to_dict(cfg), "run": run_metadata(None, [cfg.seed]),
                                           "note": "score = mean of the task's official metrics x 100; the "
-                                                  "average is over the tasks run"})
+                                                  "average is over the tasks run; train_s = training time of "
+                                                  "each task's run (the last row: their sum)"})
     atomic_write_text(out / "glue.md", "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n" + "".join(
         "| " + " | ".join(str(r.get(c, "")) for c in columns) + " |\n" for r in rows))
     print(f"\nGLUE average over {len(scores)} tasks: {average:.2f}; test predictions in {out / 'submission'}")
