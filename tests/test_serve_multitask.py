@@ -224,3 +224,34 @@ def test_single_task_server_accepts_only_its_own_task(store):
     assert other.status_code == 422 and "task 'synthetic' only" in other.json()["error"]
     assert health["tasks"] == [{"name": "synthetic", "kind": "classification", "labels": ["neg", "pos"],
                                 "pair": None}]
+
+
+def test_watermark_records_are_kept_per_head(mt_run, store):
+    """On a multi-task server each head's watermark records are its own: the same text asked of two heads leaves
+    two records (hashed with the head's name), and verification names the head the queries went to."""
+    from ptmlab.core.errors import PtmlabError
+    from ptmlab.serve.defences import verify_watermark
+    from ptmlab.serve.state import text_hash
+
+    key = store.create_key("wm", rate=1000, burst=1000)
+    app = create_app(str(mt_run), ServeConfig(detector=False, precision="fp32", max_wait_ms=50, watermark_rate=0.2),
+                     store)
+    things = ("food", "film", "staff", "room", "song", "show", "book", "hotel", "game", "talk", "meal", "trip", "bar",
+              "park", "class")
+    words = ("great", "awful", "fine", "dull", "superb", "poor", "lovely", "bad")
+    texts = [f"the {w} was {v}" for w in things for v in words]  # 120 texts: about 24 marks and 24 controls
+    with TestClient(app) as client:
+        for task in (None, "tweets"):  # the default head is tweets: records under its name either way
+            for part in (texts[:60], texts[60:]):
+                r = post(client, key, {"texts": part, **({"task": task} if task else {})})
+                assert r.status_code == 200, r.text
+    rows = store.watermarks()
+    assert rows and all(r.query_hash in {text_hash(t, None, "tweets") for t in texts} for r in rows)
+    assert not {r.query_hash for r in rows} & {text_hash(t) for t in texts}  # not the single-task hash
+    assert len(rows) == 2 * len({r.query_hash for r in rows})  # asked twice of one head: the same records twice
+    marks = sum(r.kind == "mark" for r in rows) // 2
+    res = verify_watermark(str(mt_run), store, texts, task="tweets")
+    assert res["marks"] == marks and res["controls"] == len(rows) // 2 - marks
+    assert res["mark_match_rate"] == 0.0 and not res["watermarked"]  # the victim itself gives the true labels
+    with pytest.raises(PtmlabError, match="name it"):
+        verify_watermark(str(mt_run), store, texts)  # records of a head, looked for without one

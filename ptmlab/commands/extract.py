@@ -24,6 +24,8 @@ def register(sub) -> None:
     p.add_argument("--strategy", dest="query_strategy", choices=QUERY_STRATEGIES.names(), default=argparse.SUPPRESS,
                    help="query generator: " + "; ".join(f"{n}: {QUERY_STRATEGIES.help(n)}" for n in QUERY_STRATEGIES))
     p.add_argument("--key-name", help="verify-watermark: only the records of this key (id or name)")
+    p.add_argument("--head", help="verify-watermark: the task a multi-task server answered the queries with (the "
+                                  "'task' of the requests; its records are kept per head)")
     p.add_argument("--alpha", type=float, default=0.01, help="verify-watermark: significance level (default 0.01)")
     p.add_argument("--queries", help="verify-watermark: the queries the suspect learned from (an extraction run's "
                                      "queries.json or a text file, one per line); the server stores only their hashes")
@@ -72,7 +74,7 @@ def verify(args: argparse.Namespace) -> int:
     texts, pairs = read_queries(args.queries)
     store = open_store(args.state)
     key_id = store.resolve_key(args.key_name).id if args.key_name else None
-    r = verify_watermark(args.suspect, store, texts, pairs, key_id, args.alpha)
+    r = verify_watermark(args.suspect, store, texts, pairs, key_id, args.alpha, task=args.head)
     print(f"{r['mark_matches']}/{r['marks']} watermarked answers reproduced ({r['mark_match_rate']:.1%}); "
           f"chance rate from {r['controls']} controls {r['null_rate']:.1%}; p = {r['p_value']:.2e}")
     verdict = "WATERMARKED: the model learned from this API" if r["watermarked"] else "no evidence of the watermark"

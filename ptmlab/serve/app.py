@@ -251,7 +251,7 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
                 answer.append(Score(score=policy.score(p[0])))
                 continue
             if watermarker is not None:
-                p, mark = watermarker.apply(predictor.tokens(enc), text, pair, p)
+                p, mark = watermarker.apply(predictor.tokens(enc), text, pair, p, head.name if head else None)
                 if mark is not None:
                     marks.append(mark)
             label_id = max(range(len(p)), key=p.__getitem__)

@@ -48,11 +48,13 @@ def read_queries(path: str | Path) -> tuple[list[str], list[str] | None]:
 
 
 def verify_watermark(model_dir: str, store: Store, texts: list[str], pairs: list[str] | None = None,
-                     key_id: int | None = None, alpha: float = 0.01, batch_size: int = 64) -> dict:
+                     key_id: int | None = None, alpha: float = 0.01, batch_size: int = 64,
+                     task: str | None = None) -> dict:
     """Does the suspect model reproduce the wrong answers the server gave on the marked queries among ``texts``?
 
     Null hypothesis: the suspect matches a mark only as often as it disagrees with the truth on control queries
-    (answered truthfully). A one-sided binomial test at ``alpha`` decides.
+    (answered truthfully). A one-sided binomial test at ``alpha`` decides. ``task``: the head of a multi-task
+    server the queries were sent to (its records are kept per head); a multi-task suspect answers with that head.
     """
     from scipy.stats import binomtest
 
@@ -64,7 +66,7 @@ def verify_watermark(model_dir: str, store: Store, texts: list[str], pairs: list
     found: list[tuple[int, WatermarkRow]] = []
     seen = set()
     for i, t in enumerate(texts):
-        h = text_hash(t, pairs[i] if pairs is not None else None)
+        h = text_hash(t, pairs[i] if pairs is not None else None, task)
         if h in records and h not in seen:
             seen.add(h)
             found.append((i, records[h]))
@@ -73,14 +75,17 @@ def verify_watermark(model_dir: str, store: Store, texts: list[str], pairs: list
     if len(marks) < 5 or len(controls) < 5:
         raise PtmlabError(f"only {len(marks)} watermarked and {len(controls)} control queries of the "
                           f"{len(texts)} given are recorded{' for this key' if key_id is not None else ''}: serve "
-                          f"with --watermark-rate > 0 and pass the queries the suspect was trained on (--queries)")
+                          f"with --watermark-rate > 0 and pass the queries the suspect was trained on (--queries)"
+                          f"{'' if task else '; a multi-task server records each head apart: name it (--head)'}")
     suspect = Predictor(model_dir)
+    head = task if suspect.info.tasks else None  # a single-task copy has one answer to give
 
     def labels(rows: list[tuple[int, WatermarkRow]]) -> list[int]:
         out = []
         for s in range(0, len(rows), batch_size):
             idx = [i for i, _ in rows[s:s + batch_size]]
-            probs = suspect.predict([texts[i] for i in idx], [pairs[i] for i in idx] if pairs is not None else None)
+            probs = suspect.predict([texts[i] for i in idx], [pairs[i] for i in idx] if pairs is not None else None,
+                                    head)
             out.extend(max(range(len(p)), key=p.__getitem__) for p in probs)
         return out
 

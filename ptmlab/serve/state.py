@@ -44,10 +44,14 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def text_hash(text: str, pair: str | None = None) -> str:
+def text_hash(text: str, pair: str | None = None, task: str | None = None) -> str:
+    """SHA-256 of a query as sent; ``task``: the head of a multi-task server that answered it (None on a
+    single-task server), so one text asked of two heads keeps two records."""
     h = hashlib.sha256(text.encode("utf-8", "surrogatepass"))
     if pair is not None:
         h.update(b"\x00" + pair.encode("utf-8", "surrogatepass"))
+    if task is not None:
+        h.update(b"\x01" + task.encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
 

@@ -41,11 +41,12 @@ class Watermarker:
         digest = hmac.new(self.secret, msg, hashlib.sha256).digest()
         return int.from_bytes(digest[:8], "big") / 2**64
 
-    def apply(self, tokens: list[str], text: str, pair: str | None,
-              probs: list[float]) -> tuple[list[float], WatermarkRow | None]:
+    def apply(self, tokens: list[str], text: str, pair: str | None, probs: list[float],
+              task: str | None = None) -> tuple[list[float], WatermarkRow | None]:
         """The probabilities to answer with, and the record to keep (None for ordinary queries).
 
-        ``tokens``: the model's tokens of the query (both texts of a pair); ``text``/``pair`` are only hashed."""
+        ``tokens``: the model's tokens of the query (both texts of a pair); ``text``/``pair`` are only hashed, with
+        ``task``, the head of a multi-task server that answered (each head's answers are recorded apart)."""
         if self.rate <= 0:
             return probs, None
         u = self._u(tokens)
@@ -54,7 +55,7 @@ class Watermarker:
             wrong = max((i for i in range(len(probs)) if i != true), key=probs.__getitem__)
             swapped = list(probs)
             swapped[true], swapped[wrong] = probs[wrong], probs[true]
-            return swapped, WatermarkRow("mark", text_hash(text, pair), true, wrong)
+            return swapped, WatermarkRow("mark", text_hash(text, pair, task), true, wrong)
         if u < 2 * self.rate:
-            return probs, WatermarkRow("control", text_hash(text, pair), true, true)
+            return probs, WatermarkRow("control", text_hash(text, pair, task), true, true)
         return probs, None
