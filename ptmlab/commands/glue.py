@@ -48,11 +48,13 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ptmlab.core.config import config_to_dict
     from ptmlab.core.io import atomic_write_json, atomic_write_text
     from ptmlab.data.loaders import default_glue_dir
     from ptmlab.data.metrics import glue_score
     from ptmlab.report.table import print_table
     from ptmlab.studies.common import finetune_variant
+    from ptmlab.studies.verdict import run_metadata
 
     cfg = resolve_config(GlueConfig, args, args.config)
     glue_dir = Path(cfg.glue_dir) if cfg.glue_dir else default_glue_dir()
@@ -79,9 +81,6 @@ def run(args: argparse.Namespace) -> int:
     columns = ["task", "accuracy", "f1", "mcc", "pearson", "spearman", "score", "train_examples", "train_s"]
     print()
     print_table(rows, columns)
-    from ptmlab.core.config import config_to_dict
-    from ptmlab.studies.verdict import run_metadata
-
     atomic_write_json(out / "glue.json", {"model": cfg.model, "tasks": rows, "glue_average": average,
                                           "settings": config_to_dict(cfg), "run": run_metadata(None, [cfg.seed]),
                                           "note": "score = mean of the task's official metrics x 100; the "
