@@ -24,6 +24,22 @@ COVERED_ELSEWHERE = {
 }
 
 
+
+
+def _mobile_student_row(res: dict) -> None:
+    """Issue 19: the MobileBERT-style student sits in the distillation table beside the others, with its size and
+    batch-32 latency, and is smaller than the teacher."""
+    rows = {r["method"]: r for r in res["rows"]}
+    mobile, teacher = rows["mobilebert"], rows["teacher"]
+    assert mobile["student"].startswith("mobile:") and {"tinybert", "none"} <= set(rows), rows
+    assert 0 < mobile["params"] < teacher["params"] and mobile["speedup_b32"] > 0, mobile
+    assert res["chosen_method"] != "mobilebert"  # a different student: reported, never chosen
+
+
+# what a study's table must hold beyond the common checks
+EXTRA_CHECKS = {"distillation": _mobile_student_row}
+
+
 def test_studies_covered_elsewhere_are_run_there():
     from tests.conftest import ROOT
 
@@ -50,6 +66,7 @@ def test_registered_study_runs_on_a_small_budget(name, tmp_path, capsys):
     assert (out / "report.html").stat().st_size > 500
     printed = capsys.readouterr().out
     assert "verdict:" in printed
+    EXTRA_CHECKS.get(name, lambda r: None)(res)
 
 
 def test_small_budget_preset_yields_to_explicit_flags(tmp_path):
