@@ -24,8 +24,6 @@ COVERED_ELSEWHERE = {
 }
 
 
-
-
 def _mobile_student_row(res: dict) -> None:
     """Issue 19: the MobileBERT-style student sits in the distillation table beside the others, with its size and
     batch-32 latency, and is smaller than the teacher."""
