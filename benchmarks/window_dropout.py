@@ -41,9 +41,9 @@ def main() -> int:
         with torch.no_grad():
             window_attention(q, k, v, None, args.window, (0,), None, 0.0)
 
-    def train(p):
+    def train(rate):
         def step():
-            window_attention(q, k, v, None, args.window, (0,), None, p).sum().backward()
+            window_attention(q, k, v, None, args.window, (0,), None, rate).sum().backward()
         return step
 
     cases = {"forward": forward, "forward+backward, dropout 0": train(0.0),
