@@ -17,11 +17,13 @@ attention measure that agrees best with an importance measure is below 0.3; (2) 
 0.05 is above one half. Supported when all three are; not supported when any part's interval lies wholly on the
 wrong side; inconclusive otherwise.
 
-On a fine-tuned model (a run directory, or a zoo model fine-tuned here first), per dev example: Kendall's tau
-between [CLS] attention (last layer, or the mean over layers) and gradient / leave-one-out importance, and the output
-change when the last layer's attention is permuted. Reported beside the rule (not part of it): adversarial attention
-(Jain & Wallace section 4, ``ptmlab.analysis.adversarial``): the share of examples whose last-layer [CLS] attention
-can move by a mean JSD >= 0.5 nats with the output within ``--epsilon`` TVD, and the distribution of that JSD.
+On fine-tuned models (a run directory, or a zoo model fine-tuned here first: once per ``--seeds`` seed, the examples
+of every seed pooled in the bootstrap; ``--budget full``: seeds 0,1,2 and the whole dev set), per dev example:
+Kendall's tau between [CLS] attention (last layer, or the mean over layers) and gradient / leave-one-out importance,
+and the output change when the last layer's attention is permuted. Reported beside the rule (not part of it):
+adversarial attention (Jain & Wallace section 4, ``ptmlab.analysis.adversarial``): the share of examples whose last-
+layer [CLS] attention can move by a mean JSD >= 0.5 nats with the output within ``--epsilon`` TVD, and the
+distribution of that JSD.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import numpy as np
 from ptmlab.core.config import opt
 from ptmlab.studies import STUDIES
 from ptmlab.studies.ablation import fine_tuned_model
-from ptmlab.studies.common import SMALL_FINETUNE, StudyArgs, parse_study_args, write_study
+from ptmlab.studies.common import SMALL_FINETUNE, StudyArgs, parse_study_args, seed_list, write_study
 from ptmlab.studies.verdict import (
     INCONCLUSIVE,
     NOT_SUPPORTED,
@@ -81,7 +83,7 @@ class ExplanationStudyArgs(StudyArgs):
 
 
 SMALL = {**SMALL_FINETUNE, "max_eval": 12, "permutations": 3, "adv_steps": 10}  # what --budget small runs (tests, CI)
-FULL = {"max_eval": 0}  # what --budget full runs: every dev example (the rule bootstraps over examples)
+FULL = {"max_eval": 0, "seeds": ["0", "1", "2"]}  # what --budget full runs: every dev example, three fine-tunings
 
 
 @STUDIES.register("attention-explanation", help="Q12: is attention an explanation? (Kendall tau, permutations)")
@@ -93,17 +95,25 @@ def run(argv: list[str]) -> int:
     a = parse_study_args("attention-explanation", ExplanationStudyArgs, argv, __doc__, small=SMALL,
                          full=FULL)
     out = Path(a.output)
-    model = fine_tuned_model(a, out)
-    inp = load_analysis_input(model, a, attn_implementation="eager", split="dev")
-    res = [asdict(r) for r in explain(inp.model, inp.enc, set(inp.tokenizer.all_special_ids), a.permutations,
-                                      a.seed)]
+    seeds = seed_list(a)
+    if Path(a.model).is_dir():
+        seeds = [a.seed]  # a given fine-tuned model: one model, no seeds to repeat
+    res, adv_runs = [], []
+    for seed in seeds:
+        inp = load_analysis_input(fine_tuned_model(a, out, seed, seeds), a, attn_implementation="eager",
+                                  split="dev")
+        res += [{"seed": seed, **asdict(r)} for r in explain(inp.model, inp.enc, set(inp.tokenizer.all_special_ids),
+                                                               a.permutations, seed)]
+        if a.adv_steps:
+            adv_runs.append(_adversarial_search(inp, a, seed))
     keys = (*KEYS, "tau_grad_loo")
     med = {k: float(np.nanmedian([r[k] for r in res])) for k in keys}
     tvd = np.array([r["permutation_tvd"] for r in res])
     rows = [{"statistic": k, "median": med[k], "mean": float(np.nanmean([r[k] for r in res]))} for k in keys] + \
         [{"statistic": "median output TVD after permutation", "median": float(np.median(tvd))},
          {"statistic": "share of examples with TVD < 0.05", "median": float((tvd < 0.05).mean())}]
-    adversarial, adv_fig = _adversarial(inp, a, rows) if a.adv_steps else (None, None)
+    rows += _per_seed_rows(res, seeds)
+    adversarial, adv_fig = _adversarial(adv_runs, a, rows) if adv_runs else (None, None)
     verdict = decide(res)
     figs = [(plots.histograms({k: [r[k] for r in res] for k in keys}, "Kendall tau", "attention vs importance"),
              "kendall_tau", "distribution of Kendall tau over examples"),
@@ -111,17 +121,40 @@ def run(argv: list[str]) -> int:
                            "median output TVD", "permutation counterfactual"), "permutation",
              "output change when the last layer's attention is permuted")] + ([adv_fig] if adv_fig else [])
     write_study(out, f"Study: attention vs explanation ({a.model} on {a.task})", rows, verdict, figs,
-                extra={"examples": res, "adversarial": adversarial}, claim=CLAIM, budget=a.budget, seeds=[a.seed])
+                extra={"examples": res, "adversarial": adversarial}, claim=CLAIM, budget=a.budget, seeds=seeds)
     return 0
 
 
-def _adversarial(inp, a: ExplanationStudyArgs, rows: list[dict]) -> tuple[dict, tuple]:
-    """Jain & Wallace section 4 (reported beside the rule, not part of it): per example, the last layer's [CLS]
-    attention (all heads) as different as possible (JSD) with the output within ``a.epsilon`` TVD."""
-    from ptmlab.analysis import plots
-    from ptmlab.analysis.adversarial import JSD_THRESHOLD, adversarial_attention, summarize
+def _per_seed_rows(res: list[dict], seeds: list[int]) -> list[dict]:
+    """With several fine-tunings: each one's mean Kendall tau (attention vs gradient) and permutation share, so a
+    reader sees how much the pooled numbers move from model to model."""
+    if len(seeds) < 2:
+        return []
+    rows = []
+    for seed in seeds:
+        mine = [r for r in res if r["seed"] == seed]
+        rows.append({"statistic": f"seed {seed}: mean tau_last_grad / share with TVD < 0.05",
+                     "median": float((np.array([r["permutation_tvd"] for r in mine]) < 0.05).mean()),
+                     "mean": float(np.nanmean([r["tau_last_grad"] for r in mine]))})
+    return rows
 
-    r = adversarial_attention(inp.model, inp.enc, inp.pad_id, a.epsilon, a.adv_steps, seed=a.seed)
+
+def _adversarial_search(inp, a: ExplanationStudyArgs, seed: int):
+    """Jain & Wallace section 4 on one fine-tuned model: per example, the last layer's [CLS] attention (all heads)
+    as different as possible (JSD) with the output within ``a.epsilon`` TVD."""
+    from ptmlab.analysis.adversarial import adversarial_attention
+
+    return adversarial_attention(inp.model, inp.enc, inp.pad_id, a.epsilon, a.adv_steps, seed=seed)
+
+
+def _adversarial(runs: list, a: ExplanationStudyArgs, rows: list[dict]) -> tuple[dict, tuple]:
+    """The adversarial searches of every seed pooled (reported beside the rule, not part of it)."""
+    from ptmlab.analysis import plots
+    from ptmlab.analysis.adversarial import JSD_THRESHOLD, AdversarialResult, summarize
+
+    r = AdversarialResult(np.concatenate([x.jsd for x in runs]), np.concatenate([x.max_head_jsd for x in runs]),
+                          np.concatenate([x.tvd for x in runs]), [o for x in runs for o in x.own],
+                          [v for x in runs for v in x.adversarial], a.epsilon)
     s = summarize(r)
     rows += [{"statistic": f"share of examples with an adversarial attention (JSD >= {JSD_THRESHOLD}, output TVD "
                            f"<= {a.epsilon:g})", "median": s["share_jsd_at_least_threshold"]},

@@ -1,0 +1,33 @@
+"""Study ``attention-explanation`` with several fine-tunings (``--seeds``): one model per seed, the examples of every
+seed pooled in the rule and in the adversarial section, and each seed's own numbers beside the pooled ones."""
+
+from __future__ import annotations
+
+import json
+
+from ptmlab.studies.attention_explanation import run
+
+
+def test_attention_explanation_pools_the_examples_of_every_seed(tmp_path):
+    out = tmp_path / "ae"
+    assert run(["--budget", "small", "--seeds", "0,1", "--output", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["run"]["seeds"] == [0, 1]
+    per_seed = {s: [e for e in res["examples"] if e["seed"] == s] for s in (0, 1)}
+    assert len(per_seed[0]) == len(per_seed[1]) > 0 and len(res["examples"]) == 2 * len(per_seed[0])
+    for s in (0, 1):
+        assert (out / "finetuned" / f"seed-{s}" / "config.json").is_file() or \
+            any((out / "finetuned" / f"seed-{s}").rglob("*.safetensors")), s
+    # the two fine-tunings are different models: their attention/gradient agreement is not identical
+    taus = [[e["tau_last_grad"] for e in per_seed[s]] for s in (0, 1)]
+    assert taus[0] != taus[1]
+    rows = {r["statistic"]: r for r in res["rows"]}
+    for s in (0, 1):
+        mean = float(sum(taus[s]) / len(taus[s])) if all(t == t for t in taus[s]) else None
+        row = rows[f"seed {s}: mean tau_last_grad / share with TVD < 0.05"]
+        if mean is not None:
+            assert abs(row["mean"] - mean) < 1e-9, (row, mean)
+        assert 0.0 <= row["median"] <= 1.0
+    assert res["adversarial"]["examples"] == len(res["examples"])
+    assert len(res["adversarial"]["per_example_jsd"]) == len(res["examples"])
+    assert "bootstrap over " + str(len(res["examples"])) in res["verdict"] or "no example" in res["verdict"]
