@@ -21,8 +21,8 @@ On fine-tuned models (a run directory, or a zoo model fine-tuned here first: onc
 of every seed pooled in the bootstrap; ``--budget full``: seeds 0,1,2 and the whole dev set), per dev example:
 Kendall's tau between [CLS] attention (last layer, or the mean over layers) and gradient / leave-one-out importance,
 and the output change when the last layer's attention is permuted. Reported beside the rule (not part of it):
-adversarial attention (Jain & Wallace section 4, ``ptmlab.analysis.adversarial``): the share of examples whose last-
-layer [CLS] attention can move by a mean JSD >= 0.5 nats with the output within ``--epsilon`` TVD, and the
+adversarial attention (Jain & Wallace section 4, ``ptmlab.analysis.adversarial``): the share of examples whose
+last-layer [CLS] attention can move by a mean JSD >= 0.5 nats with the output within ``--epsilon`` TVD, and the
 distribution of that JSD.
 """
 
