@@ -25,6 +25,7 @@ uniform attention is reported, the verdict is on removal.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,6 +138,35 @@ def ablate(model: str, a, kind: str):
     return table, correct(run.base_logits), removed_correct
 
 
+def ablate_once(model: str, a, kind: str, cache: Path):
+    """``ablate`` with its result kept in ``cache`` (JSON, written atomically): a multi-seed study that was
+    stopped resumes at the seed it stopped on. The cache is used only when it was made for the same model, task,
+    dev subset and length; ``--overwrite`` recomputes it."""
+    from ptmlab.analysis.ablation import AblationTable
+    from ptmlab.core.io import atomic_write_json
+
+    key = {"model": str(Path(model).resolve()), "task": a.task, "max_eval": a.max_eval, "max_length": a.max_length,
+           "kind": kind}
+    try:
+        old = json.loads(cache.read_text()) if cache.is_file() and not a.overwrite else None
+    except (OSError, ValueError):
+        old = None  # unreadable: recompute it
+    if isinstance(old, dict) and old.get("key") == key:
+        t = old["table"]
+        table = AblationTable(t["metric"], t["base"], np.array(t["removed"], dtype=float),
+                              np.array(t["uniform"], dtype=float))
+        return table, old["base_correct"], {tuple(u): c for u, c in old["removed_correct"]}
+    table, base_correct, removed_correct = ablate(model, a, kind)
+    lists = {k: None if v is None else np.asarray(v).tolist() for k, v in removed_correct.items()}
+    atomic_write_json(cache, {
+        "key": key,
+        "table": {"metric": table.metric, "base": table.base, "removed": table.removed.tolist(),
+                  "uniform": table.uniform.tolist()},
+        "base_correct": None if base_correct is None else np.asarray(base_correct).tolist(),
+        "removed_correct": [[list(u), c] for u, c in lists.items()]})
+    return table, base_correct, removed_correct
+
+
 def decide(base: list, removed: dict, tol: float, unit: str = "head") -> tuple[Verdict, dict]:
     """The rule of ``CLAIM``: ``base[k]`` is seed k's intact per-example correctness, ``removed[u][k]`` unit u's
     after removal. Returns the verdict and the counts (harmless, harmful, helpful, units)."""
@@ -175,7 +205,8 @@ def _run(kind: str, argv: list[str]) -> int:
         seeds = [a.seed]  # a given fine-tuned model: one model, no seeds to repeat
     base, removed, tables = [], {}, []
     for seed in seeds:
-        table, b, rem = ablate(fine_tuned_model(a, out, seed, seeds), a, kind)
+        table, b, rem = ablate_once(fine_tuned_model(a, out, seed, seeds), a, kind,
+                                    seed_dir(out, f"{kind}-ablation", seed, seeds).with_suffix(".json"))
         tables.append(table)
         base.append(b)
         for u, c in rem.items():

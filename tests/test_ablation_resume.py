@@ -1,0 +1,53 @@
+"""Head/layer ablation studies keep each seed's ablation in a cache beside its fine-tuning, so a multi-seed run that
+was stopped resumes where it stopped; the cache is ignored when it was made for another setting, when it is
+unreadable, and with ``--overwrite``."""
+
+from __future__ import annotations
+
+import json
+
+from ptmlab.studies.ablation import run_layers
+
+
+def _run(out, *extra):
+    assert run_layers(["--budget", "small", "--seeds", "0,1", "--output", str(out), *extra]) == 0
+    return json.loads((out / "results.json").read_text())
+
+
+def _removed(res):
+    """Layer -> the removed model's dev metric, from the results' rows."""
+    return {r["layer"]: v for r in res["rows"] for k, v in r.items()
+            if k.startswith("removed_") and k != "removed_delta"}
+
+
+def test_layer_ablation_resumes_from_each_seeds_cache(tmp_path):
+    out = tmp_path / "la"
+    first = _run(out)
+    caches = [out / "layer-ablation" / f"seed-{s}.json" for s in (0, 1)]
+    assert all(c.is_file() for c in caches)
+    removed = [json.loads(c.read_text())["table"]["removed"] for c in caches]
+    assert len(removed[0]) == 2  # tiny has two layers
+    # the table is the mean over the two seeds' cached tables
+    rows = _removed(first)
+    assert set(rows) == {0, 1}
+    for layer, value in rows.items():
+        assert abs(value - (removed[0][layer] + removed[1][layer]) / 2) < 1e-9, (layer, value)
+
+    # a marked cache is read back instead of recomputed: its numbers reach the results
+    marked = json.loads(caches[1].read_text())
+    marked["table"]["removed"] = [0.123, 0.456]
+    caches[1].write_text(json.dumps(marked))
+    again = _run(out)
+    got = _removed(again)
+    assert abs(got[0] - (removed[0][0] + 0.123) / 2) < 1e-9 and abs(got[1] - (removed[0][1] + 0.456) / 2) < 1e-9
+
+    # a cache made for another dev subset is not used; nor is a corrupt one; --overwrite recomputes
+    other = json.loads(caches[0].read_text())
+    other["key"]["max_eval"] = 999
+    other["table"]["removed"] = [0.0, 0.0]
+    caches[0].write_text(json.dumps(other))
+    caches[1].write_text("{not json")
+    third = _run(out)
+    assert _removed(third) == rows
+    caches[1].write_text(json.dumps(marked))
+    assert _removed(_run(out, "--overwrite")) == rows
