@@ -56,6 +56,7 @@ def main() -> int:
     from ptmlab.core.config import build_config
     from ptmlab.core.io import atomic_save_file, atomic_write_json
     from ptmlab.core.progress import progress
+    from ptmlab.core.rundir import RunDir
     from ptmlab.core.seed import configure_threads, set_seed
     from ptmlab.data.encode import encode_split
     from ptmlab.data.loaders import subset
@@ -104,7 +105,9 @@ def main() -> int:
             row("heads -40%", copy.deepcopy(pruned), meas.saved_size(pruned))
             rows.append(variants[-1][0])
             t0 = time.time()
-            pruned, _ = recover(pruned, tok, cfg, tmp / "recovered", 1.0, command="benchmark")
+            rec = RunDir(tmp / "recovered")
+            rec.path.mkdir(parents=True)
+            pruned, _ = recover(pruned, tok, data, cfg, rec, 1.0, test=False, final=False)
             recover_s = round(time.time() - t0, 1)
         rows.append(row("heads -40% + recovery", pruned, meas.saved_size(pruned)))
         # int8
