@@ -26,12 +26,18 @@ COVERED_ELSEWHERE = {
 
 def _mobile_student_row(res: dict) -> None:
     """Issue 19: the MobileBERT-style student sits in the distillation table beside the others, with its size and
-    batch-32 latency, and is smaller than the teacher."""
+    batch-32 latency, and is smaller than the teacher; a narrow ``shrink:`` student of about its size beside it."""
     rows = {r["method"]: r for r in res["rows"]}
     mobile, teacher = rows["mobilebert"], rows["teacher"]
     assert mobile["student"].startswith("mobile:") and {"tinybert", "none"} <= set(rows), rows
     assert 0 < mobile["params"] < teacher["params"] and mobile["speedup_b32"] > 0, mobile
-    assert res["chosen_method"] != "mobilebert"  # a different student: reported, never chosen
+    assert res["chosen_method"] not in ("mobilebert", "shrink")  # other students: reported, never chosen
+    # its equal-size yardstick: a narrow student sliced from the teacher, also smaller than the teacher
+    shrink = rows["shrink"]
+    assert shrink["student"].startswith("shrink:") and 0 < shrink["params"] < teacher["params"], shrink
+    main = next(k for k in teacher if k not in ("method", "student", "teacher_%", "agreement", "params",
+                                                  "speedup_b32", "train_seconds"))
+    assert shrink["speedup_b32"] > 0 and 0.0 <= shrink[main] <= 1.0 and len(shrink["per_seed"]) >= 1, shrink
 
 
 # what a study's table must hold beyond the common checks

@@ -53,7 +53,12 @@ METHODS = {
     # the TinyBERT recipe on the MobileBERT-style bottleneck student (--mobile): layer-by-layer feature maps and
     # attention maps, then soft_ce; a different student, so its row is reported beside the others, never chosen
     "mobilebert": dict(losses=["soft_ce", "embedding_mse", "hidden_mse", "attention_mse"], intermediate_epochs=1.0),
+    # its equal-size yardstick: a narrow student sliced from the teacher (--shrink, about the MobileBERT-style
+    # student's parameters) with the same recipe, hidden states through TinyBERT's learned projection; the head
+    # count differs from the teacher's, so no attention loss. Reported beside, never chosen.
+    "shrink": dict(losses=["soft_ce", "embedding_mse", "hidden_mse"], intermediate_epochs=1.0),
 }
+BESIDE = ("mobilebert", "shrink")  # other students than --student: rows reported, never part of the claim
 
 
 @dataclass(frozen=True)
@@ -63,8 +68,10 @@ class DistillationStudyArgs(StudyArgs):
     glue_dir: str | None = opt(None, "GLUE directory")
     student: str = opt("layers:3", "student size, the same for every method")
     mobile: str = opt("mobile:3", "the MobileBERT-style student of method 'mobilebert' (mobile:LAYERS[xBOTTLENECK])")
+    shrink: str = opt("shrink:layers=3,hidden=128,heads=4,ffn=512", "the narrow student of method 'shrink', about the "
+                      "size of --mobile (for minilm: 4.5M vs 4.8M parameters)")
     methods: list[str] = opt(["none", *METHODS], "methods: none (no teacher), soft_ce, distilbert, tinybert, "
-                                                 "minilm, pkd, mobilebert")
+                                                 "minilm, pkd, mobilebert, shrink")
     max_train: int = opt(2000, "training examples")
     max_eval: int = opt(500, "dev examples")
     max_length: int = opt(64, "max tokens")
@@ -92,13 +99,17 @@ def _distill(a: DistillationStudyArgs, teacher: str, method: str, out: Path, see
     from ptmlab.studies.common import finished_variant
 
     extra = METHODS.get(method, dict(losses=["soft_ce"], alpha=0.0))  # none: alpha 0 = labels only
-    student = a.mobile if method == "mobilebert" else a.student
+    student = _student(a, method)
     values = dict(teacher=teacher, student=student, task=a.task, glue_dir=a.glue_dir, max_train=a.max_train,
                   max_eval=a.max_eval, max_length=a.max_length, epochs=a.epochs, lr=a.lr, batch_size=a.batch_size,
                   seed=seed, output=str(out), overwrite=True, test=False, **extra)
     cfg = build_config(DistillConfig, values, source="study")
     done = finished_variant(out, cfg, a.overwrite)
     return done if done is not None else run_distill(cfg, command="study")
+
+
+def _student(a: DistillationStudyArgs, method: str) -> str:
+    return {"mobilebert": a.mobile, "shrink": a.shrink}.get(method, a.student)
 
 
 def _latency(run: str, texts: list[str]) -> float:
@@ -112,8 +123,9 @@ def _latency(run: str, texts: list[str]) -> float:
 SMALL = {
     **SMALL_FINETUNE,
     "student": "layers:1",
-    "methods": ["none", "soft_ce", "tinybert", "mobilebert"],
+    "methods": ["none", "soft_ce", "tinybert", "mobilebert", "shrink"],
     "mobile": "mobile:1",
+    "shrink": "shrink:layers=1,hidden=32,heads=2,ffn=64",
 }
 FULL = dict(FULL_FINETUNE)  # what --budget full runs: seeds 0,1,2 and the whole dev set
 
@@ -142,7 +154,7 @@ def run(argv: list[str]) -> int:
         correct[method] = [dev_correct(run) for run in runs]
         s = summ[-1]
         main = s["main_metric"]
-        rows.append({"method": method, "student": a.mobile if method == "mobilebert" else a.student,
+        rows.append({"method": method, "student": _student(a, method),
                      main: float(np.mean([x["metrics"][main] for x in summ])),
                      "per_seed": [round(x["metrics"][main], 4) for x in summ],
                      "teacher_%": round(float(np.mean([x["retained_pct"] for x in summ])), 2),
@@ -152,7 +164,7 @@ def run(argv: list[str]) -> int:
     teacher_score = s["teacher_metrics"][main]
     rows.insert(0, {"method": "teacher", "student": "-", main: teacher_score, "teacher_%": 100.0, "agreement": 1.0,
                     "params": s["teacher_params"], "speedup_b32": 1.0, "train_seconds": None})
-    v, chosen = decide({m: c for m, c in correct.items() if m != "mobilebert"})  # the claim: the same student
+    v, chosen = decide({m: c for m, c in correct.items() if m not in BESIDE})  # the claim: the same student
     fig = bar_plot([r["method"] for r in rows], [r[main] for r in rows], f"dev {main}",
                    f"{a.task}: student {a.student}, {a.max_train} examples, {a.epochs:g} epochs")
     write_study(out, f"Study: distillation ({a.student} on {a.task})", rows, v,
