@@ -77,6 +77,8 @@ class DistillationStudyArgs(StudyArgs):
     max_length: int = opt(64, "max tokens")
     epochs: float = opt(2.0, "student epochs (the same budget for every method)")
     lr: float = opt(1e-4, "student learning rate")
+    narrow_lr: float = opt(1e-3, "learning rate of the narrow students beside the claim (mobilebert, shrink): "
+                           "mostly new weights; the rate benchmarks/distill.py uses for shrink: students")
     batch_size: int = opt(32, "batch size")
     seed: int = opt(0, "seed")
     output: str = opt("runs/study-distillation", "output directory")
@@ -101,7 +103,8 @@ def _distill(a: DistillationStudyArgs, teacher: str, method: str, out: Path, see
     extra = METHODS.get(method, dict(losses=["soft_ce"], alpha=0.0))  # none: alpha 0 = labels only
     student = _student(a, method)
     values = dict(teacher=teacher, student=student, task=a.task, glue_dir=a.glue_dir, max_train=a.max_train,
-                  max_eval=a.max_eval, max_length=a.max_length, epochs=a.epochs, lr=a.lr, batch_size=a.batch_size,
+                  max_eval=a.max_eval, max_length=a.max_length, epochs=a.epochs,
+                  lr=a.narrow_lr if method in BESIDE else a.lr, batch_size=a.batch_size,
                   seed=seed, output=str(out), overwrite=True, test=False, **extra)
     cfg = build_config(DistillConfig, values, source="study")
     done = finished_variant(out, cfg, a.overwrite)
