@@ -46,13 +46,7 @@ def matmul_rate(n: int, dtype, repeats: int) -> float:
     import torch
 
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    torch.mm(a, b)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        torch.mm(a, b)
-        times.append(time.perf_counter() - t)
-    return 2 * n ** 3 / statistics.median(times) / 1e9
+    return 2 * n ** 3 / alternate_medians({"mm": lambda: torch.mm(a, b)}, repeats)["mm"] / 1e9
 
 
 def ort_matmul_rate(n: int, repeats: int, threads: int) -> float:
@@ -69,13 +63,7 @@ def ort_matmul_rate(n: int, repeats: int, threads: int) -> float:
     opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     feed = {k: np.random.default_rng(0).standard_normal((n, n), dtype=np.float32) for k in "ab"}
-    sess.run(None, feed)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        sess.run(None, feed)
-        times.append(time.perf_counter() - t)
-    return 2 * n ** 3 / statistics.median(times) / 1e9
+    return 2 * n ** 3 / alternate_medians({"mm": lambda: sess.run(None, feed)}, repeats)["mm"] / 1e9
 
 
 def alternate_medians(fns: dict, repeats: int) -> dict[str, float]:
