@@ -1,0 +1,46 @@
+"""The benchmark scripts run end to end on the tiny model: a script that no test runs drifts from the API it calls
+(``benchmarks/compress.py`` failed with a TypeError for several sessions after ``recover()`` changed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import GLUE, ROOT, needs_glue
+
+
+@needs_glue
+def test_compress_benchmark_runs_on_a_tiny_sst2_model(tmp_path):
+    from ptmlab.train.args import FinetuneConfig
+    from ptmlab.train.finetune import run_finetune
+
+    run = tmp_path / "tiny-sst2"
+    run_finetune(FinetuneConfig(model="tiny", task="sst2", glue_dir=str(GLUE), max_train=64, max_eval=32,
+                                max_length=32, epochs=1.0, batch_size=16, output=str(run), test=False))
+    out = tmp_path / "compress.json"
+    proc = subprocess.run([sys.executable, "benchmarks/compress.py", "--model", str(run), "--glue-dir", str(GLUE),
+                           "--recover-train", "64", "--repeats", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    rows = {r["variant"]: r for r in res["rows"]}
+    assert {"fp32 base", "heads -40% + recovery", "onnx int8", "vocab pruned"} <= set(rows), list(rows)
+    assert res["dev_examples"] == 872 and all(0.0 <= r["dev"] <= 1.0 for r in rows.values())
+    assert res["heads"]["after"] < res["heads"]["heads_before"]
+    assert rows["onnx int8"]["size_mb"] < rows["fp32 base"]["size_mb"]
+    assert set(res["targets_met"]) == {"heads", "int8", "vocab", "combined"}
+
+
+def test_cpu_flops_benchmark_measures_both_inference_paths(tmp_path):
+    out = tmp_path / "cpu_flops.json"
+    proc = subprocess.run([sys.executable, "benchmarks/cpu_flops.py", "--model", "tiny", "--repeats", "1",
+                           "--length", "16", "--batch-size", "4", "--output", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["machine_gflops"] == max([*res["matmul_gflops"].values(), *res["matmul_gflops_onnxruntime"].values()])
+    for side in ("inference", "inference_onnx", "training_step"):
+        assert res[side]["gflops"] > 0 and res[side]["fraction_of_matmul_rate"] > 0, side
+    assert res["inference_onnx"]["speedup_vs_pytorch"] > 0
+    assert abs(sum(res["training_step"]["time_breakdown_aten_self_cpu"].values()) - 1) < 0.01
