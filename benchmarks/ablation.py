@@ -7,9 +7,10 @@ batches of 128), every head removed in turn. Baselines, at the SAME precision as
 - naive: one full forward pass per example and head, no batching, no caching (``naive_head_logits``); the ratio
   ours / naive mixes batching and caching, and is reported for reference only.
 Both baselines cost the same for every head, so they are timed on ``--baseline-heads`` heads (one per layer by
-default) and scaled to 72; those heads' accuracies are compared with ours. Writes benchmarks/results/ablation.json.
+default) and scaled to 72; those heads' accuracies are compared with ours. Writes ``--output`` (default
+benchmarks/results/ablation.json).
 
-    python benchmarks/ablation.py [--run RUN_DIR] [--glue-dir ../shared/data/glue] [--naive-heads 6]
+    python benchmarks/ablation.py [--run RUN_DIR] [--glue-dir ../shared/data/glue] [--baseline-heads 6] [--output F]
 
 Without ``--run`` the packaged minilm gets a seeded random classification head (timings do not depend on weights).
 """
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 
 
 def main() -> int:
@@ -45,6 +47,7 @@ def main() -> int:
     p.add_argument("--baseline-heads", type=int, default=6, help="heads timed with each baseline (scaled to 72)")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"], help="every side's precision")
     p.add_argument("--max-length", type=int, default=64)
+    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "ablation.json"))
     args = p.parse_args()
     configure_threads()
     torch.manual_seed(0)
@@ -93,7 +96,7 @@ def main() -> int:
               "max_accuracy_difference_vs_naive": round(diff_naive, 4),
               "heads_whose_removal_helps": len(ours.helpful("removed")),
               "worst_delta": round(float(np.nanmin(ours.removed - ours.base)), 4)}
-    out = ROOT / "benchmarks" / "results" / "ablation.json"
+    out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     for k, v in result.items():
