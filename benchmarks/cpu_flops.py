@@ -143,13 +143,7 @@ def main() -> None:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    step()
-    times = []
-    for _ in range(args.repeats):
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
-    train_s = statistics.median(times)
+    train_s = alternate_medians({"step": step}, args.repeats)["step"]
     train_rate = (6 * n_params * tokens + 3 * attn) / train_s / 1e9
 
     from torch.profiler import ProfilerActivity, profile

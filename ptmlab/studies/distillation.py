@@ -58,7 +58,9 @@ METHODS = {
     # count differs from the teacher's, so no attention loss. Reported beside, never chosen.
     "shrink": dict(losses=["soft_ce", "embedding_mse", "hidden_mse"], intermediate_epochs=1.0),
 }
-BESIDE = ("mobilebert", "shrink")  # other students than --student: rows reported, never part of the claim
+# methods trained on another student than --student (method -> the option naming it): their rows are reported beside
+# the claim, never part of it, and they train at --narrow-lr
+BESIDE = {"mobilebert": "mobile", "shrink": "shrink"}
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def _distill(a: DistillationStudyArgs, teacher: str, method: str, out: Path, see
 
 
 def _student(a: DistillationStudyArgs, method: str) -> str:
-    return {"mobilebert": a.mobile, "shrink": a.shrink}.get(method, a.student)
+    return getattr(a, BESIDE[method]) if method in BESIDE else a.student
 
 
 def _latency(run: str, texts: list[str]) -> float:
