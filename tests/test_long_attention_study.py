@@ -73,3 +73,12 @@ def test_recurrence_is_reported_beside_the_rule_without_entering_it():
     assert with_rec.outcome == base.outcome == "supported"
     assert "segment recurrence reaches 0.2100" in with_rec.reason
     assert "recurrence" not in base.reason
+
+
+def test_default_task_is_longdocs_not_the_glue_default():
+    # a study's own default task stands; only an empty one becomes sst2/tweets (it once trained on sst2 here)
+    from ptmlab.studies.common import parse_study_args
+    from ptmlab.studies.long_attention import LongAttentionArgs
+
+    assert parse_study_args("long-attention", LongAttentionArgs, []).task == "longdocs"
+    assert parse_study_args("long-attention", LongAttentionArgs, ["--task", "synthetic-long"]).task == "synthetic-long"

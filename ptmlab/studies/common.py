@@ -74,9 +74,15 @@ def parse_study_args(name: str, cls, argv: list[str], description: str = "", sma
     preset = {"small": small, "full": full}.get(given.get("budget")) or {}
     values.update({k: v for k, v in preset.items() if k in known})
     values.update(given)
-    if "task" in known and not values.get("task"):
+    if "task" in known and not values.get("task", _default(cls, "task")):  # a study's own default task stands
         values["task"] = default_task()
     return build_config(cls, values, source=f"config '{args.config}'" if args.config else "options")
+
+
+def _default(cls, name: str):
+    """The dataclass default of field ``name`` (None where it has none)."""
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return None if field.default is dataclasses.MISSING else field.default
 
 
 def command_config(a, cls, **overrides):
