@@ -66,7 +66,8 @@ def dev_accuracy(model, job: Job) -> float:
     return float(metrics["accuracy"])
 
 
-def run_ptmlab(job: Job, out: Path, compile_mode: str = "off", group_by_length: bool = True) -> dict:
+def run_ptmlab(job: Job, out: Path, compile_mode: str = "off", group_by_length: bool = True,
+               first_token_only: bool = True) -> dict:
     from ptmlab.models.zoo import load_model
     from ptmlab.train.args import FinetuneConfig
     from ptmlab.train.finetune import run_finetune
@@ -74,8 +75,8 @@ def run_ptmlab(job: Job, out: Path, compile_mode: str = "off", group_by_length: 
     cfg = FinetuneConfig(model=job.model, task=job.task, glue_dir=job.glue_dir, max_train=job.max_train,
                          epochs=job.epochs, lr=job.lr, batch_size=job.batch_size, max_length=job.max_length,
                          seed=job.seed, warmup=job.warmup, schedule="linear", precision=job.precision,
-                         compile=compile_mode, group_by_length=group_by_length, output=str(out), overwrite=True,
-                         test=False)
+                         compile=compile_mode, group_by_length=group_by_length, first_token_only=first_token_only,
+                         output=str(out), overwrite=True, test=False)
     s = run_finetune(cfg)
     model = load_model(str(out))
     return {"train_seconds": s["train_seconds"], "examples": s["train_examples"], "tokens": s.get("train_tokens"),

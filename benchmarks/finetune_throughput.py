@@ -2,8 +2,10 @@
 
 Job (defaults): minilm on SST-2, the first 4,000 training rows after a seed-0 shuffle, max length 64, batch 32,
 lr 5e-5, 1 epoch, linear schedule with 6% warm-up. Sides: ptmlab (length-grouped batches), the Trainer with its
-default random sampler, the Trainer with ``train_sampling_strategy="group_by_length"``, and a bare PyTorch loop
-(the floor). Every side runs at the SAME precision (``--precision``; ``auto`` = what ptmlab's auto picks on this
+default random sampler, the Trainer with ``train_sampling_strategy="group_by_length"``, a bare PyTorch loop
+(the floor), and ptmlab with ``first_token_only=False`` (``ptmlab_no_cut``: the last layer's feed-forward block on
+every position, as the Trainer runs it), so that the ratio can be split into what the loop and what the cut
+bring. Every side runs at the SAME precision (``--precision``; ``auto`` = what ptmlab's auto picks on this
 machine, applied to all), is scored by the same evaluation code, and runs ``--repeats`` times alternately (see
 benchmarks/_finetune_job.py for the rules). The ratio reported is ptmlab's median examples/s over the best Trainer
 configuration's median, training loop time only.
@@ -45,6 +47,8 @@ def main() -> None:
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--no-bare", action="store_true", help="skip the bare-loop floor")
+    p.add_argument("--sides", default="", help="comma-separated subset of the sides to run (default: all; ptmlab and "
+                                               "at least one Trainer side are always kept)")
     p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "finetune_throughput.json"))
     args = p.parse_args()
     if not Path(args.glue_dir, "SST-2", "train.tsv").is_file():
@@ -58,14 +62,22 @@ def main() -> None:
     job = Job(model=args.model, glue_dir=args.glue_dir, max_train=args.max_train, batch_size=args.batch_size,
               precision=resolve_precision(args.precision, device))
     sides = {"ptmlab": partial(run_ptmlab, job),
+             "ptmlab_no_cut": partial(run_ptmlab, job, first_token_only=False),
              "trainer_random": partial(run_trainer, job, sampling="random"),
              "trainer_grouped": partial(run_trainer, job, sampling="group_by_length")}
     if not args.no_bare:
         sides["bare_loop"] = lambda _out: run_bare(job)
+    if args.sides:
+        keep = set(args.sides.split(",")) | {"ptmlab"}
+        unknown = keep - set(sides)
+        if unknown or not keep & set(TRAINER_SIDES):
+            sys.exit(f"--sides {args.sides}: choose from {', '.join(sides)}, with at least one of "
+                     f"{', '.join(TRAINER_SIDES)}")
+        sides = {k: v for k, v in sides.items() if k in keep}
     print(f"job: {job.describe()} on {device}; {args.repeats} alternating rounds")
     with tempfile.TemporaryDirectory() as tmp:
         summary = summarise(alternate(sides, args.repeats, Path(tmp)))
-    best = max(TRAINER_SIDES, key=lambda k: summary[k]["examples_per_second_median"])
+    best = max((k for k in TRAINER_SIDES if k in summary), key=lambda k: summary[k]["examples_per_second_median"])
     ours = summary["ptmlab"]["examples_per_second_median"]
     result = {
         "job": job.describe(), "device": str(device), "threads": torch.get_num_threads(),
@@ -78,12 +90,16 @@ def main() -> None:
                     "batch, rows and evaluation; model loading, tokenisation and evaluation excluded",
         "targets": {"speedup_vs_best_trainer": 1.3, "accuracy_delta_points": -0.5},
     }
+    if "ptmlab_no_cut" in summary:  # the part of the ratio that the last layer's first-token cut brings
+        result["speedup_first_token_cut"] = round(ours / summary["ptmlab_no_cut"]["examples_per_second_median"], 3)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print_summary(summary)
     print(f"ptmlab / {best}: {result['speedup_vs_best_trainer']:.2f}x at {job.precision} (target >= 1.3x); accuracy "
           f"delta {result['accuracy_delta_points']:+.2f} points")
+    if "speedup_first_token_cut" in result:
+        print(f"ptmlab / ptmlab without the first-token cut: {result['speedup_first_token_cut']:.2f}x")
     print(f"written: {out}")
 
 

@@ -94,6 +94,7 @@ def long_evaluator(enc, spec, cfg, precision: str = "fp32") -> Callable:
     def evaluator(model):
         return evaluate_long(model, enc, spec, cfg.long_strategy, settings, precision)
 
+    evaluator.logits_only = True  # pooled logits alone (see ptmlab.models.first_token)
     return evaluator
 
 

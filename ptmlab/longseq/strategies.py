@@ -178,4 +178,5 @@ def long_loss(strategy: str = "chunk", settings: LongSettings = LongSettings(), 
             return F.mse_loss(logits.squeeze(-1), labels.float(), reduction="none")
         return F.cross_entropy(logits, labels, reduction="none")
 
+    loss.logits_only = True  # reads the model's logits alone (ptmlab.models.first_token may cut the last layer)
     return loss

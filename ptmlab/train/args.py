@@ -119,6 +119,8 @@ class TrainArgs:
     precision: str = opt("auto", "fp32, bf16, or auto (bf16 autocast where the hardware supports it)",
                          choices=["auto", "fp32", "bf16"])
     group_by_length: bool = opt(True, "batch examples of similar length together (less padding)")
+    first_token_only: bool = opt(True, "sequence classification: run the last layer's feed-forward block on the one "
+                                       "position the head reads (exact: same logits and gradients; less work)")
     compile: str = opt("off", "torch.compile the model: off, default, reduce-overhead (CUDA graphs), max-autotune; "
                               "batches are then padded to multiples of 32 tokens so shapes repeat",
                        choices=["off", "default", "reduce-overhead", "max-autotune"])

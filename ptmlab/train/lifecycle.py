@@ -145,13 +145,23 @@ def fine_tune(model, tokenizer, data: TaskData, cfg, run: RunDir, *, enc: dict[s
         return metrics
 
     strategy = strategy or make_strategy(cfg)
+    cut = None  # the last layer's feed-forward block on position 0 only, for losses that read nothing else
+    if getattr(cfg, "first_token_only", False) and loss_module is None and all(
+            f is None or getattr(f, "logits_only", False) for f in (loss_fn, evaluator)):
+        from ptmlab.models.first_token import first_token_only
+
+        cut = first_token_only(model)
     trainer = Trainer(model, enc["train"], cfg, run, pad_id, loss_fn=loss_fn, loss_module=loss_module,
                       strategy=strategy, evaluate_fn=evaluate_dev, main_metric=main_metric or spec.main_metric,
                       regression=spec.kind == "regression")
     if resume:
         trainer.resume()
     trainable = trainable_parameters(trainer.raw_model)
-    state = trainer.train()
+    try:
+        state = trainer.train()
+    finally:
+        if cut is not None:
+            cut.remove()
     final = trainer.final_model()
     if on_model is not None:
         on_model(final)
