@@ -99,3 +99,29 @@ def test_fine_tune_with_the_cut_trains_the_same_model(tmp_path, monkeypatch):
     cut, full = (load_file(str(tmp_path / f"run-{on}" / "model.safetensors")) for on in (True, False))
     for name, w in full.items():
         torch.testing.assert_close(cut[name], w, atol=1e-4, rtol=1e-3, msg=name)
+
+
+def test_predict_logits_cuts_only_unwatched_models(monkeypatch):
+    import numpy as np
+
+    import ptmlab.models.first_token as ft
+    from ptmlab.data.encode import Encoded
+    from ptmlab.train.evaluate import predict_logits
+
+    model = _model("bert").eval()
+    ids, mask, _ = _batch()
+    rows = [r[m.bool()].tolist() for r, m in zip(ids, mask, strict=True)]
+    enc = Encoded(input_ids=rows, token_type_ids=None, labels=None)
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask).logits.numpy()
+    calls = []
+    monkeypatch.setattr(ft, "first_token_only", lambda m: calls.append(m) or _real(m))
+    got = predict_logits(model, enc, pad_id=0, batch_size=2)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert len(calls) == 1 and not model.bert.encoder.layer[-1].attention.output.LayerNorm._forward_hooks  # removed
+    model.bert.encoder.layer[0].register_forward_hook(lambda m, i, o: None)  # someone is watching
+    np.testing.assert_allclose(predict_logits(model, enc, pad_id=0, batch_size=2), want, atol=1e-5)
+    assert len(calls) == 1
+
+
+_real = first_token_only

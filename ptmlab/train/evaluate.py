@@ -39,17 +39,27 @@ def resolve_precision(precision: str, device: torch.device | None = None) -> str
 def predict_logits(model, enc: Encoded, pad_id: int, batch_size: int = 128, precision: str = "fp32",
                    desc: str = "evaluate") -> np.ndarray:
     """Logits for every example, in the original order."""
+    from ptmlab.models.first_token import first_token_only
+
     model.eval()
     device = next(model.parameters()).device
     out: list[np.ndarray | None] = [None] * len(enc)
     batches = eval_batches(enc.lengths, batch_size)
-    for idx in progress(batches, desc=desc, disable=None if len(enc) > 2000 else True):
-        batch = collate(enc, idx, pad_id)
-        inputs = {k: v.to(device) for k, v in model_inputs(model, batch).items()}
-        with autocast_ctx(precision, device):
-            logits = model(**inputs).logits.float().cpu().numpy()
-        for row, i in enumerate(idx):
-            out[i] = logits[row]
+    # only logits are read here: the last feed-forward block on position 0 alone (exact), unless someone else's
+    # hooks (a distillation objective, an analysis) are watching the model
+    watched = any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    cut = None if watched else first_token_only(model)
+    try:
+        for idx in progress(batches, desc=desc, disable=None if len(enc) > 2000 else True):
+            batch = collate(enc, idx, pad_id)
+            inputs = {k: v.to(device) for k, v in model_inputs(model, batch).items()}
+            with autocast_ctx(precision, device):
+                logits = model(**inputs).logits.float().cpu().numpy()
+            for row, i in enumerate(idx):
+                out[i] = logits[row]
+    finally:
+        if cut is not None:
+            cut.remove()
     return np.stack(out) if out else np.zeros((0, 1))
 
 
