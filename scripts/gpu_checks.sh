@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The GPU checks of the pre-training and long-input issues, as one script for a lent GPU machine (the device tool):
-#   1. ptmlab's MLM pre-training engine on CUDA: tokens/s and share of the bf16 peak (benchmarks/gpu_pretrain.py)
-#   2. long-input attention cost on CUDA incl. FlexAttention (benchmarks/long_attention.py), time permitting
-# Data and the minilm tokenizer travel in .gpu/ (copied there beforehand; the shared data does not travel).
+# The GPU checks of the speed, pre-training and long-input issues, as one script for a lent GPU machine (the device
+# tool), in order of what is still unmeasured:
+#   1. the fine-tuning loop vs transformers' Trainer and a bare loop on SST-2, bf16 (benchmarks/gpu_finetune.py,
+#      issue 18: >= 2x the Trainer at batch 32, >= 30% of the bf16 peak at the largest batch)
+#   2. long-input attention cost on CUDA incl. FlexAttention (benchmarks/long_attention.py, issue 14)
+#   3. ptmlab's MLM pre-training engine on CUDA: tokens/s and share of the bf16 peak (benchmarks/gpu_pretrain.py)
+# Everything they read travels in .gpu/ (`bash scripts/gpu_prepare.sh` builds it here; carry: [".gpu"]).
+# Example: run(command="bash scripts/gpu_checks.sh", carry=[".gpu"], timeout_s=590) with OUT set by the tool.
 # Results go to $OUT (or ./gpu-out).
 set -uo pipefail
 OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
@@ -11,8 +15,22 @@ PY="${PYTHON:-python3}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
   | tee -a "$OUT/gpu.txt"
-timeout "${PRETRAIN_TIMEOUT:-100}" $PY benchmarks/gpu_pretrain.py --files .gpu/data/wikitext-2 --tokenizer .gpu/tok \
-  --size base --block-size 128 --batch-size 256 --max-steps "${STEPS:-60}" --json "$OUT/gpu_pretrain.json" 2>&1 | tail -22
+# minilm travels in fp16 (the 64 MiB limit); it trains from an fp32 copy
+$PY - <<'PYEOF'
+import shutil
+from pathlib import Path
+
+from safetensors.torch import load_file, save_file
+
+src, dst = Path(".gpu/minilm16"), Path("/tmp/minilm32")
+shutil.copytree(src, dst, dirs_exist_ok=True)
+save_file({k: v.float() for k, v in load_file(str(src / "model.safetensors")).items()},
+          str(dst / "model.safetensors"), metadata={"format": "pt"})
+PYEOF
+timeout "${FINETUNE_TIMEOUT:-330}" $PY benchmarks/gpu_finetune.py --model /tmp/minilm32 --glue-dir .gpu/glue \
+  --repeats 1 --peak-tflops "${PEAK_TFLOPS:-989}" --output "$OUT/gpu_finetune.json" 2>&1 | tail -25
 timeout "${LONG_TIMEOUT:-50}" $PY benchmarks/long_attention.py --device cuda --dtypes bf16 --reps 2 \
   --impls sdpa,window --lengths 1024,4096,16384 --out "$OUT/long_attention_cuda.json" 2>&1 | tail -12
+timeout "${PRETRAIN_TIMEOUT:-100}" $PY benchmarks/gpu_pretrain.py --files .gpu/data/wikitext-2 --tokenizer .gpu/tok \
+  --size base --block-size 128 --batch-size 256 --max-steps "${STEPS:-60}" --json "$OUT/gpu_pretrain.json" 2>&1 | tail -22
 ls "$OUT"
