@@ -41,9 +41,12 @@ def first_token_only(model: nn.Module) -> RemovableHandle | None:
         return None
     if st.family not in FAMILIES:
         return None
-    layers = st.layer_list(model)
-    last = layers[len(layers) - 1]
-    norm = last.get_submodule(st.attn_layernorm)
+    try:
+        layers = st.layer_list(model)
+        last = layers[len(layers) - 1]
+        norm = last.get_submodule(st.attn_layernorm)
+    except (AttributeError, IndexError):  # a layer rebuilt by a compression (ghost layers, ...): leave it whole
+        return None
     others = {id(m) for layer in layers[:-1] for m in layer.modules()}
     if id(last) in others or id(norm) in others:
         return None
