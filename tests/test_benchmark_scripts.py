@@ -44,3 +44,19 @@ def test_cpu_flops_benchmark_measures_both_inference_paths(tmp_path):
         assert res[side]["gflops"] > 0 and res[side]["fraction_of_matmul_rate"] > 0, side
     assert res["inference_onnx"]["speedup_vs_pytorch"] > 0
     assert abs(sum(res["training_step"]["time_breakdown_aten_self_cpu"].values()) - 1) < 0.01
+
+
+def test_first_token_benchmark_times_both_sides(tmp_path):
+    out = tmp_path / "first_token.json"
+    proc = subprocess.run([sys.executable, "benchmarks/first_token.py", "--model", "tiny", "--rounds", "1",
+                           "--shapes", "4x16,2x32", "--output", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert [(r["batch"], r["length"]) for r in res["rows"]] == [(4, 16), (2, 32)]
+    for r in res["rows"]:
+        assert r["cut_ms"] > 0 and r["full_ms"] > 0
+        assert abs(r["speedup_cut"] - r["full_ms"] / r["cut_ms"]) < 0.05  # the ms are rounded
+    bad = subprocess.run([sys.executable, "benchmarks/first_token.py", "--model", "tiny", "--shapes", "32by16"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert bad.returncode != 0 and "BATCHxLENGTH" in bad.stderr

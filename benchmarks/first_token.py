@@ -1,0 +1,92 @@
+"""Benchmark: what the first-token cut (ptmlab/models/first_token.py) saves per training step, and what dropout costs.
+
+One model, the same batch, alternating within each round (median of --rounds): a training step (forward, loss,
+backward) of a sequence classifier with the last layer's feed-forward block on position 0 only ("cut") and on every
+position ("full"), at several (batch, length) shapes, with the model's dropout (0.1) on. Then the same step with
+dropout off, to show how much of a CPU step dropout takes (every side of the fine-tuning benchmark pays it alike).
+Both sides run at the same precision (fp32), batch and data; the ratio is full / cut step time.
+
+    python benchmarks/first_token.py [--model minilm] [--rounds 8] [--shapes 32x16,32x64,32x128,8x512]
+"""
+
+from __future__ import annotations
+
+# isort: off
+from _env import ROOT  # first: offline defaults before anything imports transformers
+# isort: on
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="minilm")
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--shapes", default="32x16,32x64,32x128,8x512", help="BATCHxLENGTH,...")
+    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "first_token.json"))
+    a = p.parse_args()
+    import torch
+
+    from ptmlab.models.first_token import first_token_only
+    from ptmlab.models.zoo import load_model
+
+    try:
+        shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes.split(",")]
+    except ValueError:
+        raise SystemExit(f"error: --shapes {a.shapes}: give BATCHxLENGTH pairs, e.g. 32x16,8x512") from None
+    torch.manual_seed(0)
+    models = {"dropout 0.1": load_model(a.model, num_labels=2).train(),
+              "dropout 0": load_model(a.model, num_labels=2, dropout=0.0).train()}
+
+    def step(model, ids, mask, labels, cut: bool) -> float:
+        handle = first_token_only(model) if cut else None
+        t = time.perf_counter()
+        model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+        model.zero_grad(set_to_none=True)
+        dt = time.perf_counter() - t
+        if handle is not None:
+            handle.remove()
+        return dt
+
+    rows = []
+    for b, n in shapes:
+        ids = torch.randint(1000, 20000, (b, n))
+        mask, labels = torch.ones_like(ids), torch.zeros(b, dtype=torch.long)
+        cells = [(d, cut) for d in models for cut in (True, False)]
+        times: dict = {c: [] for c in cells}
+        for c in cells:  # warm-up
+            step(models[c[0]], ids, mask, labels, c[1])
+        for _ in range(a.rounds):
+            for c in cells:
+                times[c].append(step(models[c[0]], ids, mask, labels, c[1]))
+        med = {c: statistics.median(v) for c, v in times.items()}
+        rows.append({"batch": b, "length": n,
+                     "cut_ms": round(1000 * med[("dropout 0.1", True)], 1),
+                     "full_ms": round(1000 * med[("dropout 0.1", False)], 1),
+                     "speedup_cut": round(med[("dropout 0.1", False)] / med[("dropout 0.1", True)], 3),
+                     "full_no_dropout_ms": round(1000 * med[("dropout 0", False)], 1),
+                     "dropout_share_of_full_step": round(1 - med[("dropout 0", False)] / med[("dropout 0.1", False)],
+                                                         3)})
+        r = rows[-1]
+        print(f"batch {b:>3} x {n:>4} tokens: cut {r['cut_ms']:8.1f} ms  full {r['full_ms']:8.1f} ms  "
+              f"speed-up {r['speedup_cut']:.3f}x   dropout = {100 * r['dropout_share_of_full_step']:.0f}% of the "
+              f"full step", flush=True)
+    result = {"model": a.model, "precision": "fp32", "threads": torch.get_num_threads(), "rounds": a.rounds,
+              "load_average_end": os.getloadavg(), "rows": rows,
+              "ratio_is": "median full-model training step time / median step time with the first-token cut, "
+                          "same batch, alternating; dropout 0.1 on both"}
+    out = Path(a.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    tmp.replace(out)
+    print(f"written: {out}")
+
+
+if __name__ == "__main__":
+    main()
