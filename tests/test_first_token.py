@@ -85,16 +85,24 @@ def test_fine_tune_with_the_cut_trains_the_same_model(tmp_path, monkeypatch):
     from tests.synthetic import write_task
 
     files = write_task(tmp_path / "task", n_train=96, n_dev=32)
-    installed = []
+    import sys
+
+    installed = []  # (caller, handle): fine_tune installs it for training, predict_logits for a prediction pass
     real = ft.first_token_only
-    monkeypatch.setattr(ft, "first_token_only", lambda m: installed.append(real(m)) or installed[-1])
+
+    def spy(m):
+        installed.append((sys._getframe(1).f_code.co_name, real(m)))
+        return installed[-1][1]
+
+    monkeypatch.setattr(ft, "first_token_only", spy)
     runs = {}
     for on in (True, False):
         cfg = FinetuneConfig(model="tiny", task="synthetic", train_file=files["train"], dev_file=files["dev"],
                              epochs=1, batch_size=16, lr=1e-3, max_length=32, seed=0, dropout=0.0, precision="fp32",
                              first_token_only=on, output=str(tmp_path / f"run-{on}"))
         runs[on] = run_finetune(cfg)
-    assert len(installed) == 1 and installed[0] is not None  # used by the first run only, and applicable to tiny
+    training = [h for caller, h in installed if caller == "fine_tune"]
+    assert len(training) == 1 and training[0] is not None  # trained with the cut in the first run only
     assert runs[True]["metrics"]["accuracy"] == pytest.approx(runs[False]["metrics"]["accuracy"])
     cut, full = (load_file(str(tmp_path / f"run-{on}" / "model.safetensors")) for on in (True, False))
     for name, w in full.items():

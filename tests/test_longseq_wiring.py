@@ -114,7 +114,8 @@ def test_window_run_reads_the_whole_document(task, tmp_path, capsys):
     assert np.allclose(plain, ours, atol=1e-4)
     with torch.no_grad():  # and it is not the truncated reading
         cut = model(input_ids=torch.tensor([enc.input_ids[0][:16]])).logits[0].numpy()
-    assert not np.allclose(cut, ours[0], atol=1e-4)
+    # the tiny random model's logits move little with the input (about 1e-4 here), far above float noise (~1e-7)
+    assert np.abs(cut - ours[0]).max() > 1e-5
 
 
 def test_long_runs_refuse_bad_combinations_before_writing(task, tmp_path, capsys):
