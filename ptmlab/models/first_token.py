@@ -6,7 +6,8 @@ everything after its attention block (the feed-forward block: about two thirds o
 token by token, so only the first position's is needed. A forward hook on the last layer's post-attention LayerNorm
 (``Structure.attn_layernorm``, the input of that block) keeps position 0 alone; the logits, the loss and every
 gradient are the same as the full model's (``tests/test_first_token.py`` checks each family to 1e-5). For a
-6-layer encoder that is about 11% of the forward and backward work of training, more for long inputs.
+6-layer encoder that is about 11% of the multiply-adds of a training step at short lengths (less at long ones,
+where attention's share grows); `benchmarks/first_token.py` measures it per step.
 
 ``first_token_only(model)`` installs the hook and returns its handle, or None where it does not apply: another
 family (MobileBERT's bottleneck layers reuse the layer input after the feed-forward block), a model that is not a
