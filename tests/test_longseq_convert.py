@@ -76,3 +76,15 @@ def test_unsupported_family():
     model = GPT2Model(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50))
     with pytest.raises(PtmlabError, match="no structure map"):
         longify(model, 1024, 64)
+
+
+def test_longify_of_the_random_tiny_model_is_reproducible(tmp_path):
+    from safetensors.torch import load_file
+
+    from ptmlab.longseq.pipeline import LongifyConfig, run_longify
+
+    for name in ("a", "b"):
+        torch.manual_seed(len(name) * 7 + ord(name))  # whatever state the process is in
+        run_longify(LongifyConfig(model="tiny", max_length=1024, window=16, output=str(tmp_path / name)))
+    a, b = (load_file(str(tmp_path / n / "model.safetensors")) for n in ("a", "b"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

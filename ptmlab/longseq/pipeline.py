@@ -46,6 +46,7 @@ def _has_task_head(name: str) -> bool:
 
 def run_longify(cfg: LongifyConfig) -> dict:
     """Convert and save; returns what changed (lengths, window, globals, family)."""
+    from ptmlab.core.seed import set_seed
     from ptmlab.longseq.convert import longify, max_supported_length
     from ptmlab.longseq.window import even_window
     from ptmlab.models.loader import save_model
@@ -53,6 +54,7 @@ def run_longify(cfg: LongifyConfig) -> dict:
     from ptmlab.models.zoo import load_model, load_tokenizer
 
     head = _has_task_head(cfg.model)
+    set_seed(42)  # a random-weight zoo model (tiny) converts to the same weights in every process
     model = load_model(cfg.model, task_head=head)
     tokenizer = load_tokenizer(cfg.model)
     before = max_supported_length(model)
