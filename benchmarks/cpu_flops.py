@@ -26,10 +26,10 @@ from _env import ROOT  # first: offline defaults before anything imports transfo
 import argparse
 import json
 import os
-import statistics
 import tempfile
-import time
 from pathlib import Path
+
+from _timing import alternate_medians
 
 CATEGORIES = (  # (category, substrings of profiler op names), first match wins
     ("optimizer", ("adam", "optimizer")),
@@ -64,19 +64,6 @@ def ort_matmul_rate(n: int, repeats: int, threads: int) -> float:
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     feed = {k: np.random.default_rng(0).standard_normal((n, n), dtype=np.float32) for k in "ab"}
     return 2 * n ** 3 / alternate_medians({"mm": lambda: sess.run(None, feed)}, repeats)["mm"] / 1e9
-
-
-def alternate_medians(fns: dict, repeats: int) -> dict[str, float]:
-    """Each callable warmed up once, then called ``repeats`` times in rotation; the median seconds of each."""
-    for f in fns.values():
-        f()
-    times = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, f in fns.items():
-            t = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t)
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def main() -> None:

@@ -16,11 +16,11 @@ from _env import ROOT  # first: offline defaults before anything imports transfo
 # isort: on
 
 import argparse
-import json
 import os
-import statistics
-import time
+from functools import partial
 from pathlib import Path
+
+from _timing import alternate_medians
 
 
 def main() -> None:
@@ -32,6 +32,7 @@ def main() -> None:
     a = p.parse_args()
     import torch
 
+    from ptmlab.core.io import atomic_write_json
     from ptmlab.models.first_token import first_token_only
     from ptmlab.models.zoo import load_model
 
@@ -43,28 +44,19 @@ def main() -> None:
     models = {"dropout 0.1": load_model(a.model, num_labels=2).train(),
               "dropout 0": load_model(a.model, num_labels=2, dropout=0.0).train()}
 
-    def step(model, ids, mask, labels, cut: bool) -> float:
+    def step(model, ids, mask, labels, cut: bool) -> None:
         handle = first_token_only(model) if cut else None
-        t = time.perf_counter()
         model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
         model.zero_grad(set_to_none=True)
-        dt = time.perf_counter() - t
         if handle is not None:
             handle.remove()
-        return dt
 
     rows = []
     for b, n in shapes:
         ids = torch.randint(1000, 20000, (b, n))
         mask, labels = torch.ones_like(ids), torch.zeros(b, dtype=torch.long)
-        cells = [(d, cut) for d in models for cut in (True, False)]
-        times: dict = {c: [] for c in cells}
-        for c in cells:  # warm-up
-            step(models[c[0]], ids, mask, labels, c[1])
-        for _ in range(a.rounds):
-            for c in cells:
-                times[c].append(step(models[c[0]], ids, mask, labels, c[1]))
-        med = {c: statistics.median(v) for c, v in times.items()}
+        cells = {(d, cut): partial(step, models[d], ids, mask, labels, cut) for d in models for cut in (True, False)}
+        med = alternate_medians(cells, a.rounds)
         rows.append({"batch": b, "length": n,
                      "cut_ms": round(1000 * med[("dropout 0.1", True)], 1),
                      "full_ms": round(1000 * med[("dropout 0.1", False)], 1),
@@ -81,10 +73,7 @@ def main() -> None:
               "ratio_is": "median full-model training step time / median step time with the first-token cut, "
                           "same batch, alternating; dropout 0.1 on both"}
     out = Path(a.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(out)
+    atomic_write_json(out, result)
     print(f"written: {out}")
 
 
