@@ -51,3 +51,16 @@ def test_layer_ablation_resumes_from_each_seeds_cache(tmp_path):
     assert _removed(third) == rows
     caches[1].write_text(json.dumps(marked))
     assert _removed(_run(out, "--overwrite")) == rows
+
+
+def test_no_uniform_skips_the_uniform_column_and_keeps_the_removal_numbers(tmp_path):
+    """``--no-uniform`` (what ``head-ablation --budget full`` uses) measures removal alone: the same removal numbers
+    as a run that also makes attention uniform, no uniform column in the rows, and a cache of its own."""
+    both = _run(tmp_path / "both")
+    only = _run(tmp_path / "only", "--no-uniform")
+    assert _removed(only) == _removed(both)
+    assert any(k.startswith("uniform_") for k in both["rows"][0])
+    assert not any(k.startswith("uniform_") for r in only["rows"] for k in r)
+    cache = json.loads((tmp_path / "only" / "layer-ablation" / "seed-0.json").read_text())
+    assert cache["key"]["uniform"] is False
+    assert only["outcome"] == both["outcome"]

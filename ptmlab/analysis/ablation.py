@@ -40,6 +40,8 @@ class AblationTable:
         for idx in np.ndindex(self.removed.shape):
             row = {"layer": int(idx[0])} | ({"head": int(idx[1])} if len(idx) > 1 else {})
             for name, arr in (("removed", self.removed), ("uniform", self.uniform)):
+                if np.isnan(arr).all():
+                    continue  # not measured (--no-uniform)
                 row[f"{name}_{self.metric}"] = float(arr[idx])
                 row[f"{name}_delta"] = float(arr[idx] - self.base)
             out.append(row)
