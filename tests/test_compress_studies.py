@@ -85,3 +85,22 @@ def test_bad_study_input(argv, needle, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], err
     assert not (tmp_path / "x").exists()
+
+
+def test_compression_study_repeats_every_method_per_seed(files, tmp_path):
+    """``--seeds 0,1`` (what ``--budget full`` gives): one fine-tuned model per seed in OUTPUT/seed-S, each
+    method run from it, rows the means over seeds with each seed's dev beside them."""
+    out = tmp_path / "cs"
+    assert main(["study", "compression", "--model", "tiny", *_data(files), "--lr", "1e-3", "--latency-repeats", "1",
+                 "--methods", "share,torch-int8", "--seeds", "0,1", "--output", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["run"]["seeds"] == [0, 1]
+    for s in (0, 1):
+        assert (out / f"seed-{s}" / "finetuned" / "config.json").is_file()
+        assert (out / f"seed-{s}" / "share" / "summary.json").is_file()
+    weights = [(out / f"seed-{s}" / "finetuned" / "model.safetensors").read_bytes() for s in (0, 1)]
+    assert weights[0] != weights[1]  # two fine-tuned models, not one reused
+    for r in res["rows"]:
+        assert len(r["dev_per_seed"]) == 2 and abs(r["dev"] - sum(r["dev_per_seed"]) / 2) < 1e-3, r
+    assert [r["method"] for r in res["rows"]] == ["none", "share", "torch-int8"]
+    assert "Means over 2 seeds" in res["summary"]

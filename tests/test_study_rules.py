@@ -247,10 +247,15 @@ def test_compression_every_outcome():
     from ptmlab.studies.compression import decide
 
     base = coin(0.85, 800, seed=1)
-    v, chosen = decide({"none": base, "torch-int8": base.copy(), "share": base * coin(0.5, 800, seed=2)})
+    v, chosen = decide({"none": [base], "torch-int8": [base.copy()], "share": [base * coin(0.5, 800, seed=2)]})
     assert v.outcome == SUPPORTED and chosen == "torch-int8"
-    assert decide({"none": base, "share": base * coin(0.7, 800, seed=3)})[0].outcome == NOT_SUPPORTED
+    assert decide({"none": [base], "share": [base * coin(0.7, 800, seed=3)]})[0].outcome == NOT_SUPPORTED
     small = base[:200]
     lossy = small.copy()
     lossy[np.flatnonzero(small == 1)[:4]] = 0  # about two points lost on the odd half of 200: unresolved
-    assert decide({"none": small, "prune": lossy}, 0.01)[0].outcome == INCONCLUSIVE
+    assert decide({"none": [small], "prune": [lossy]}, 0.01)[0].outcome == INCONCLUSIVE
+    # seeds pool: three seeds of the same two-point loss on 200 examples each resolve it (600 held-out pairs)
+    seeds = [coin(0.85, 400, seed=s) for s in (4, 5, 6)]
+    worse = [b * coin(0.9, 400, seed=10 + i) for i, b in enumerate(seeds)]
+    assert decide({"none": seeds[:1], "prune": worse[:1]})[0].outcome != SUPPORTED
+    assert decide({"none": seeds, "prune": worse})[0].outcome == NOT_SUPPORTED

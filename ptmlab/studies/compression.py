@@ -26,8 +26,10 @@ layers' parameters (embeddings are left alone by every method):
 
 Each row is the compression table's row (``ptmlab.compress.measure``: dev metric, parameters, size on disk,
 batch-1/32 latency, speed-up and size ratio against the fine-tuned model), with the layer-parameter share it
-landed at; the plot is the compression Pareto plot (dev against batch-32 latency). ``--budget full``: mpnet and the
-whole dev set (one seed: the fine-tuned model every method starts from is the unit compared).
+landed at; the plot is the compression Pareto plot (dev against batch-32 latency). With several ``--seeds`` the
+whole study is repeated per seed (its own fine-tuned model, recoveries and student, in ``OUTPUT/seed-S``), rows are
+means over seeds and the verdict pools the seeds' dev examples. ``--budget full``: mpnet, seeds 0,1,2 and the whole
+dev set.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from pathlib import Path
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import SMALL_FINETUNE, command_config, parse_study_args, write_study
+from ptmlab.studies.common import FULL_FINETUNE, SMALL_FINETUNE, command_config, parse_study_args, write_study
 from ptmlab.studies.compress_common import CompressStudyArgs
 from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, decide_above
 
@@ -106,14 +108,57 @@ def rank_ratio_for(model, keep: float) -> float:
 
 
 SMALL = {**SMALL_FINETUNE, "latency_repeats": 1, "importance_examples": 32}  # what --budget small runs (tests, CI)
-FULL = {"model": "mpnet", "max_eval": 0}  # what --budget full runs
+FULL = {**FULL_FINETUNE, "model": "mpnet"}  # what --budget full runs
 
 
 @STUDIES.register("compression", help="Q16: pruning, low rank, int8, sharing and distillation at one budget")
 def run(argv: list[str]) -> int:
-    import tempfile
+    from dataclasses import replace
 
     from ptmlab.compress.measure import add_ratios, pareto_figure, pareto_front
+    from ptmlab.studies.common import seed_list
+
+    a = parse_study_args("compression", CompressionStudyArgs, argv, __doc__, small=SMALL, full=FULL)
+    out = Path(a.output)
+    seeds = [a.seed] if Path(a.model).is_dir() else seed_list(a)  # a given fine-tuned model: one model, one seed
+    per_seed, correct = [], {}
+    for seed in seeds:
+        # one seed: the variants sit in OUTPUT itself; several: OUTPUT/seed-S holds one seed's fine-tuned model and
+        # every method run from it, so a stopped run resumes at the variant it stopped on
+        sub = out if len(seeds) == 1 else out / f"seed-{seed}"
+        rows, corr, info = one_seed(replace(a, seed=seed, seeds=[], output=str(sub)))
+        per_seed.append(rows)
+        for m, c in corr.items():
+            correct.setdefault(m, []).append(c)
+    rows = mean_rows(per_seed)
+    add_ratios(rows, rows[0])
+    front = pareto_front(rows)
+    for r in rows:
+        r["pareto"] = r in front
+    metric = info["metric"]
+    cols = ["variant", "budget", "dev", *(["dev_per_seed"] if len(seeds) > 1 else []), "params", "layer_params_kept",
+            "size_mb", "latency_b32_ms", "speedup_b32", "size_ratio", "pareto"]
+    fig = pareto_figure(rows, front, f"{a.task}: dev {metric} against batch-32 latency")
+    v, chosen = decide(correct, a.tolerance)
+    write_study(out, f"Study: compression families at one budget ({a.task}, keep {a.keep:g})", rows, v,
+                [(fig, "pareto", "dev metric against batch-32 latency (means over seeds); the red line joins "
+                                 "variants nothing beats on both")],
+                extra={"metric": metric, "fine_tuned": info["fine_tuned"], "keep": a.keep, "params": info["params"],
+                       "layer_params": info["layer_params"], "summary": summary(rows, metric, a.tolerance,
+                                                                                len(seeds)),
+                       "chosen_method": chosen,
+                       "selection": "dev examples at even positions choose the method; odd positions report "
+                                    "(seeds pooled)"},
+                columns=cols, claim=CLAIM, budget=a.budget, seeds=seeds)
+    return 0
+
+
+def one_seed(a) -> tuple[list[dict], dict, dict]:
+    """Every method of ``a.methods`` from one fine-tuned model (``a.seed``), into ``a.output``: the measurement rows
+    (the fine-tuned model first), each method's per-example dev correctness (``none``: the fine-tuned model's) and
+    what the results record about the model."""
+    import tempfile
+
     from ptmlab.compress.quantize import OrtModel, export_onnx, int8_state, onnx_int8, torch_int8
     from ptmlab.core.io import atomic_save_file
     from ptmlab.models.latency import parameter_count, size_on_disk_mb
@@ -121,7 +166,6 @@ def run(argv: list[str]) -> int:
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.studies.compress_common import change_run, dev_correctness, measure_run, measurer, once, start
 
-    a = parse_study_args("compression", CompressionStudyArgs, argv, __doc__, small=SMALL, full=FULL)
     out, ft = start(a)
     model = load_model(ft)
     meas = measurer(a, load_tokenizer(ft))
@@ -183,43 +227,44 @@ def run(argv: list[str]) -> int:
     for r in rows:
         m = None if r["method"] in ("none", "torch-int8", "onnx-int8") else load_model(str(out / r["method"]))
         r["layer_params_kept"] = 1.0 if m is None else round(layer_params(m) / in_layers, 3)
-    add_ratios(rows, rows[0])
-    front = pareto_front(rows)
-    for r in rows:
-        r["pareto"] = r in front
-    metric = meas.spec.main_metric
-    cols = ["variant", "budget", "dev", "params", "layer_params_kept", "size_mb", "latency_b32_ms", "speedup_b32",
-            "size_ratio", "pareto"]
-    fig = pareto_figure(rows, front, f"{a.task}: dev {metric} against batch-32 latency")
-    v, chosen = decide(correct, a.tolerance)
-    write_study(out, f"Study: compression families at one budget ({a.task}, keep {a.keep:g})", rows, v,
-                [(fig, "pareto", "dev metric against batch-32 latency; the red line joins variants nothing beats "
-                                 "on both")],
-                extra={"metric": metric, "fine_tuned": ft, "keep": a.keep, "params": total,
-                       "layer_params": in_layers, "summary": summary(rows, metric, a.tolerance),
-                       "chosen_method": chosen,
-                       "selection": "dev examples at even positions choose the method; odd positions report"},
-                columns=cols, claim=CLAIM, budget=a.budget, seeds=[a.seed])
-    return 0
+    return rows, correct, {"metric": meas.spec.main_metric, "fine_tuned": ft, "params": total,
+                           "layer_params": in_layers}
+
+
+def mean_rows(per_seed: list[list[dict]]) -> list[dict]:
+    """One row per variant: the first seed's row with its numbers replaced by the mean over seeds (dev, size,
+    latency, layer share), and ``dev_per_seed`` when there are several seeds."""
+    if len(per_seed) == 1:
+        return [dict(r) for r in per_seed[0]]
+    rows = []
+    for variants in zip(*per_seed, strict=True):
+        row = dict(variants[0])
+        for key, value in row.items():
+            if isinstance(value, float) and all(isinstance(v.get(key), int | float) for v in variants):
+                row[key] = round(sum(v[key] for v in variants) / len(variants), 6)
+        row["dev_per_seed"] = [round(v["dev"], 4) for v in variants]
+        rows.append(row)
+    return rows
 
 
 def decide(correct: dict, tol: float = 0.01) -> tuple[Verdict, str | None]:
-    """The rule of ``CLAIM`` on per-example dev correctness of the fine-tuned model (``none``) and of each method:
-    the verdict and the method chosen on the even half."""
+    """The rule of ``CLAIM`` on per-example dev correctness of the fine-tuned model (``none``) and of each method,
+    one list per seed (``correct[m][k]``: seed k's; the same seed's methods start from the same fine-tuned model):
+    the verdict and the method chosen on the even half (seeds pooled)."""
     from ptmlab.studies.common import choose_then_test
 
-    methods = {m: [c] for m, c in correct.items() if m != "none"}
+    methods = {m: runs for m, runs in correct.items() if m != "none"}
     if not methods:
         return Verdict(INCONCLUSIVE, "no compression method ran"), None
-    if any(c is None for c in correct.values()):
+    if any(c is None for runs in correct.values() for c in runs):
         return Verdict(INCONCLUSIVE, "no per-example correctness (a regression task): the bootstrap rule cannot "
                                      "run"), None
-    chosen, _, est = choose_then_test(methods, [correct["none"]], "held-out accuracy change against the fine-tuned "
+    chosen, _, est = choose_then_test(methods, correct["none"], "held-out accuracy change against the fine-tuned "
                                                                   "model")
     return decide_above(est, -tol, f"{chosen} (chosen on the even half): held-out accuracy change"), chosen
 
 
-def summary(rows: list[dict], metric: str, tol: float) -> str:
+def summary(rows: list[dict], metric: str, tol: float, n_seeds: int = 1) -> str:
     """The per-size and per-speed picks and the Pareto front, in words (beside the verdict)."""
     base, variants = rows[0], rows[1:]
     if not variants:
@@ -238,4 +283,5 @@ def summary(rows: list[dict], metric: str, tol: float) -> str:
              f"{speed_pick['method']} ({speed_pick['variant']}: {speed_pick['speedup_b32']}x at batch 32, "
              f"{speed_pick['dev']:.4f})",
              f"compressed methods on the latency Pareto front: {front}"]
-    return "; ".join(parts) + ". One seed and one machine's CPU timing; dev differences of a point are noise."
+    seeds = "One seed" if n_seeds == 1 else f"Means over {n_seeds} seeds"
+    return "; ".join(parts) + f". {seeds} and one machine's CPU timing; dev differences of a point are noise."
