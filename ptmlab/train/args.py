@@ -121,6 +121,9 @@ class TrainArgs:
     group_by_length: bool = opt(True, "batch examples of similar length together (less padding)")
     first_token_only: bool = opt(True, "sequence classification: run the last layer's feed-forward block on the one "
                                        "position the head reads (exact: same logits and gradients; less work)")
+    fast_dropout: bool = opt(True, "CPU training: draw dropout masks 16 bits per element from one 64-bit random word "
+                                   "(same keep probability to 1/65536, about 3x cheaper than torch's; attention "
+                                   "dropout too on sdpa models); --no-fast-dropout uses torch's")
     compile: str = opt("off", "torch.compile the model: off, default, reduce-overhead (CUDA graphs), max-autotune; "
                               "batches are then padded to multiples of 32 tokens so shapes repeat",
                        choices=["off", "default", "reduce-overhead", "max-autotune"])

@@ -232,6 +232,20 @@ class Trainer:
         return bool(self.cfg.early_stopping and st.bad_evals >= self.cfg.early_stopping)
 
     def train(self) -> LoopState:
+        """Train to ``total_steps`` (or early stopping); with ``--fast-dropout`` (the default, eager mode) the
+        model's dropout draws its masks with ``train.fast_dropout`` while it trains, restored afterwards."""
+        handle = None
+        if getattr(self.cfg, "fast_dropout", False) and getattr(self.cfg, "compile", "off") == "off":
+            from ptmlab.train.fast_dropout import fast_dropout
+
+            handle = fast_dropout(self.raw_model)
+        try:
+            return self._train()
+        finally:
+            if handle is not None:
+                handle.remove()
+
+    def _train(self) -> LoopState:
         cfg, st = self.cfg, self.state
         self.model.train()
         epoch_cache: dict[int, list[list[int]]] = {}

@@ -1,0 +1,87 @@
+"""Benchmark: what the cheaper CPU dropout (ptmlab/train/fast_dropout.py) saves per training step.
+
+One model, the same batch, alternating within each round (median of --rounds): a training step (forward, loss,
+backward) of a sequence classifier with torch's dropout ("torch"), with ptmlab's fast dropout installed as the
+training loop installs it ("fast": dropout modules and, on sdpa, attention dropout), and with dropout off ("none",
+the floor no dropout implementation can beat). Every side uses the same precision, batch, data and the first-token
+cut ptmlab trains with; the ratio is torch / fast step time.
+
+    python benchmarks/fast_dropout.py [--model minilm] [--rounds 8] [--shapes 32x16,32x64,32x128,8x512]
+                                      [--precision fp32|bf16]
+"""
+
+from __future__ import annotations
+
+# isort: off
+from _env import ROOT  # first: offline defaults before anything imports transformers
+# isort: on
+
+import argparse
+import os
+from functools import partial
+from pathlib import Path
+
+from _timing import alternate_medians
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="minilm")
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--shapes", default="32x16,32x64,32x128,8x512", help="BATCHxLENGTH,...")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    p.add_argument("--output", default=None, help="JSON (default benchmarks/results/fast_dropout_PRECISION.json)")
+    a = p.parse_args()
+    import torch
+
+    from ptmlab.core.io import atomic_write_json
+    from ptmlab.models.first_token import first_token_only
+    from ptmlab.models.zoo import load_model
+    from ptmlab.train.evaluate import autocast_ctx
+    from ptmlab.train.fast_dropout import fast_dropout
+
+    try:
+        shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes.split(",")]
+    except ValueError:
+        raise SystemExit(f"error: --shapes {a.shapes}: give BATCHxLENGTH pairs, e.g. 32x16,8x512") from None
+    torch.manual_seed(0)
+    models = {"torch": load_model(a.model, num_labels=2).train(),
+              "none": load_model(a.model, num_labels=2, dropout=0.0).train()}
+
+    def step(model, ids, mask, labels, fast: bool) -> None:
+        handles = [first_token_only(model), fast_dropout(model) if fast else None]
+        with autocast_ctx(a.precision, torch.device("cpu")):
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        for h in handles:
+            if h is not None:
+                h.remove()
+
+    rows = []
+    for b, n in shapes:
+        ids = torch.randint(1000, 20000, (b, n))
+        mask, labels = torch.ones_like(ids), torch.zeros(b, dtype=torch.long)
+        cells = {"torch": partial(step, models["torch"], ids, mask, labels, False),
+                 "fast": partial(step, models["torch"], ids, mask, labels, True),
+                 "none": partial(step, models["none"], ids, mask, labels, False)}
+        med = alternate_medians(cells, a.rounds)
+        rows.append({"batch": b, "length": n, **{f"{k}_ms": round(1000 * v, 1) for k, v in med.items()},
+                     "speedup_fast": round(med["torch"] / med["fast"], 3),
+                     "dropout_share_torch": round(1 - med["none"] / med["torch"], 3),
+                     "dropout_share_fast": round(1 - med["none"] / med["fast"], 3)})
+        r = rows[-1]
+        print(f"batch {b:>3} x {n:>4} tokens: torch {r['torch_ms']:8.1f} ms  fast {r['fast_ms']:8.1f} ms  "
+              f"none {r['none_ms']:8.1f} ms  speed-up {r['speedup_fast']:.3f}x  dropout share "
+              f"{100 * r['dropout_share_torch']:.0f}% -> {100 * r['dropout_share_fast']:.0f}%", flush=True)
+    result = {"model": a.model, "precision": a.precision, "threads": torch.get_num_threads(), "rounds": a.rounds,
+              "load_average_end": os.getloadavg(), "rows": rows,
+              "ratio_is": "median training step time with torch's dropout / with ptmlab's fast dropout, same model, "
+                          "batch and precision, alternating; 'none' is the same step with dropout 0"}
+    out = Path(a.output or ROOT / "benchmarks" / "results" / f"fast_dropout_{a.precision}.json")
+    atomic_write_json(out, result)
+    print(f"written: {out}")
+
+
+if __name__ == "__main__":
+    main()
