@@ -18,3 +18,32 @@ def alternate_medians(fns: dict, repeats: int) -> dict[str, float]:
             f()
             times[k].append(time.perf_counter() - t)
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+def step_benchmark_args(description: str, default_output: str | None):
+    """The options of the per-step training benchmarks (``first_token.py``, ``fast_dropout.py``): the parsed
+    arguments and ``--shapes`` as (batch, length) pairs."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--model", default="minilm")
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--shapes", default="32x16,32x64,32x128,8x512", help="BATCHxLENGTH,...")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    p.add_argument("--output", default=default_output, help="result JSON")
+    a = p.parse_args()
+    try:
+        shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes.split(",")]
+    except ValueError:
+        raise SystemExit(f"error: --shapes {a.shapes}: give BATCHxLENGTH pairs, e.g. 32x16,8x512") from None
+    return a, shapes
+
+
+def training_models(name: str):
+    """The same classifier twice, seeded alike, in train mode: with its dropout (0.1) and with dropout 0."""
+    import torch
+
+    from ptmlab.models.zoo import load_model
+
+    torch.manual_seed(0)
+    return load_model(name, num_labels=2).train(), load_model(name, num_labels=2, dropout=0.0).train()

@@ -16,37 +16,24 @@ from __future__ import annotations
 from _env import ROOT  # first: offline defaults before anything imports transformers
 # isort: on
 
-import argparse
 import os
 from functools import partial
 from pathlib import Path
 
-from _timing import alternate_medians
+from _timing import alternate_medians, step_benchmark_args, training_models
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="minilm")
-    p.add_argument("--rounds", type=int, default=8)
-    p.add_argument("--shapes", default="32x16,32x64,32x128,8x512", help="BATCHxLENGTH,...")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    p.add_argument("--output", default=None, help="JSON (default benchmarks/results/fast_dropout_PRECISION.json)")
-    a = p.parse_args()
+    a, shapes = step_benchmark_args(__doc__.splitlines()[0], None)
     import torch
 
     from ptmlab.core.io import atomic_write_json
     from ptmlab.models.first_token import first_token_only
-    from ptmlab.models.zoo import load_model
     from ptmlab.train.evaluate import autocast_ctx
     from ptmlab.train.fast_dropout import fast_dropout
 
-    try:
-        shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes.split(",")]
-    except ValueError:
-        raise SystemExit(f"error: --shapes {a.shapes}: give BATCHxLENGTH pairs, e.g. 32x16,8x512") from None
-    torch.manual_seed(0)
-    models = {"torch": load_model(a.model, num_labels=2).train(),
-              "none": load_model(a.model, num_labels=2, dropout=0.0).train()}
+    with_dropout, without = training_models(a.model)
+    models = {"torch": with_dropout, "none": without}
 
     def step(model, ids, mask, labels, fast: bool) -> None:
         handles = [first_token_only(model), fast_dropout(model) if fast else None]

@@ -4,7 +4,8 @@ One model, the same batch, alternating within each round (median of --rounds): a
 backward) of a sequence classifier with the last layer's feed-forward block on position 0 only ("cut") and on every
 position ("full"), at several (batch, length) shapes, with the model's dropout (0.1) on. Then the same step with
 dropout off, to show how much of a CPU step dropout takes (every side of the fine-tuning benchmark pays it alike).
-Both sides run at the same precision (fp32), batch and data; the ratio is full / cut step time.
+Both sides run at the same precision (``--precision``, fp32 by default), batch and data; the ratio is full / cut
+step time.
 
     python benchmarks/first_token.py [--model minilm] [--rounds 8] [--shapes 32x16,32x64,32x128,8x512]
 """
@@ -15,38 +16,29 @@ from __future__ import annotations
 from _env import ROOT  # first: offline defaults before anything imports transformers
 # isort: on
 
-import argparse
 import os
 from functools import partial
 from pathlib import Path
 
-from _timing import alternate_medians
+from _timing import alternate_medians, step_benchmark_args, training_models
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="minilm")
-    p.add_argument("--rounds", type=int, default=8)
-    p.add_argument("--shapes", default="32x16,32x64,32x128,8x512", help="BATCHxLENGTH,...")
-    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "first_token.json"))
-    a = p.parse_args()
+    a, shapes = step_benchmark_args(__doc__.splitlines()[0], str(ROOT / "benchmarks" / "results" / "first_token.json"))
     import torch
 
     from ptmlab.core.io import atomic_write_json
     from ptmlab.models.first_token import first_token_only
-    from ptmlab.models.zoo import load_model
+    from ptmlab.train.evaluate import autocast_ctx
 
-    try:
-        shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes.split(",")]
-    except ValueError:
-        raise SystemExit(f"error: --shapes {a.shapes}: give BATCHxLENGTH pairs, e.g. 32x16,8x512") from None
-    torch.manual_seed(0)
-    models = {"dropout 0.1": load_model(a.model, num_labels=2).train(),
-              "dropout 0": load_model(a.model, num_labels=2, dropout=0.0).train()}
+    with_dropout, without = training_models(a.model)
+    models = {"dropout 0.1": with_dropout, "dropout 0": without}
 
     def step(model, ids, mask, labels, cut: bool) -> None:
         handle = first_token_only(model) if cut else None
-        model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+        with autocast_ctx(a.precision, torch.device("cpu")):
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
         model.zero_grad(set_to_none=True)
         if handle is not None:
             handle.remove()
@@ -68,7 +60,7 @@ def main() -> None:
         print(f"batch {b:>3} x {n:>4} tokens: cut {r['cut_ms']:8.1f} ms  full {r['full_ms']:8.1f} ms  "
               f"speed-up {r['speedup_cut']:.3f}x   dropout = {100 * r['dropout_share_of_full_step']:.0f}% of the "
               f"full step", flush=True)
-    result = {"model": a.model, "precision": "fp32", "threads": torch.get_num_threads(), "rounds": a.rounds,
+    result = {"model": a.model, "precision": a.precision, "threads": torch.get_num_threads(), "rounds": a.rounds,
               "load_average_end": os.getloadavg(), "rows": rows,
               "ratio_is": "median full-model training step time / median step time with the first-token cut, "
                           "same batch, alternating; dropout 0.1 on both"}
