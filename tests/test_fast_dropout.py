@@ -81,6 +81,23 @@ def test_attention_drops_probabilities_while_training():
     assert torch.allclose(out[kept], 2 * probs[kept], atol=1e-5)
 
 
+def test_written_out_attention_equals_the_kernel_with_the_same_mask(monkeypatch):
+    """A torch without the math kernel gets the written-out form: the same numbers from the same seed."""
+    import ptmlab.train.fast_dropout as fd
+
+    q, k, v = (torch.randn(2, 3, 7, 4) for _ in range(3))
+    pad = torch.ones(2, 1, 7, 7, dtype=torch.bool)
+    pad[0, :, :, 5:] = False
+    bias = torch.randn(1, 3, 7, 7)
+    torch.manual_seed(5)
+    kernel = _math_attention(q, k, v, pad, 0.5, bias, 0.2)
+    monkeypatch.setattr(fd, "_math_kernel", lambda: None)
+    torch.manual_seed(5)
+    written = _math_attention(q, k, v, pad, 0.5, bias, 0.2)
+    assert torch.allclose(kernel, written, atol=1e-5)
+    assert not torch.allclose(kernel, _math_attention(q, k, v, pad, 0.5, bias, 0.0), atol=1e-3)  # it dropped
+
+
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_installed_while_training_and_restored(attn):
     from ptmlab.models.zoo import load_model

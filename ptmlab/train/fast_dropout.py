@@ -14,16 +14,22 @@ is about 3x cheaper than torch's on a CPU; the backward pass is the same multipl
 ``fast_dropout(model)`` puts it in two places while a model trains and returns a handle whose ``remove()`` undoes
 both: every ``nn.Dropout`` module (its class swapped for ``FastDropout``, a subclass, so parameters, state dicts and
 ``isinstance`` checks are unchanged), and, for a model on transformers' ``sdpa`` attention with attention dropout,
-the attention function (``ATTN_NAME``): while training on a CPU with dropout it computes attention as
-softmax(QK^T·scale + bias + mask)·V with this dropout on the probabilities; everywhere else (evaluation, a GPU, no
+the attention function (``ATTN_NAME``): while training on a CPU with dropout it runs the math kernel CPU sdpa
+itself falls back to when it drops, handed this module's keep mask; everywhere else (evaluation, a GPU, no
 dropout) it is transformers' sdpa function unchanged. ``fine_tune`` installs it unless ``--no-fast-dropout``.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+# PyTorch's math attention kernel warns when handed a dropout mask (a testing hook upstream); here the mask is the
+# point, drawn as documented above
+warnings.filterwarnings("ignore", message="Dropout mask should only be used for testing purposes")
 
 ATTN_NAME = "ptmlab_sdpa"
 _LEVELS = 1 << 16
@@ -62,19 +68,39 @@ class FastDropout(nn.Dropout):
         return dropout(input, self.p, self.training)
 
 
+def _math_kernel():
+    """PyTorch's math attention kernel, or None in a torch without it."""
+    return getattr(torch.ops.aten, "_scaled_dot_product_attention_math", None)
+
+
 def _math_attention(query, key, value, attention_mask, scaling, position_bias, p):
-    """Attention as sdpa's math path computes it, with ``dropout`` on the probabilities: (B, N, H, D)."""
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    scores = torch.matmul(query, key.transpose(-1, -2)) * scale
+    """Attention with this module's dropout on the probabilities: (B, N, H, D). PyTorch's own math kernel (what
+    CPU sdpa runs when it drops) takes the keep mask as an argument, so only the mask's drawing changes; a torch
+    without that kernel gets the same computation written out."""
+    threshold = round(p * _LEVELS)
+    rate = threshold / _LEVELS
+    mask = attention_mask
     if position_bias is not None:
-        scores = scores + position_bias
-    if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-        else:
-            scores = scores + attention_mask
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
-    probs = dropout(probs, p)
+        from transformers.integrations.sdpa_attention import create_position_bias_mask
+
+        mask = create_position_bias_mask(position_bias, mask, False, query, key)
+    if mask is not None and mask.dtype == torch.bool:  # additive, as sdpa converts it before its kernels
+        mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(~mask, float("-inf"))
+    keep = keep_mask((*query.shape[:-1], key.shape[-2]), threshold, query.device) if threshold else None
+    math = _math_kernel()
+    if math is not None:
+        try:
+            out = math(query, key, value, mask, rate if keep is not None else 0.0, False, keep, scale=scaling)[0]
+            return out.transpose(1, 2).contiguous()
+        except (RuntimeError, TypeError):  # another signature in another torch: the written-out form below
+            pass
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    scores = torch.matmul(query * scale, key.transpose(-1, -2))
+    if mask is not None:
+        scores = scores + mask
+    probs = torch.softmax(scores, dim=-1)
+    if keep is not None:
+        probs = torch.where(keep, probs * (1 / (1 - rate)), 0.0)
     return torch.matmul(probs, value).transpose(1, 2).contiguous()
 
 
