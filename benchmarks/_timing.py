@@ -47,3 +47,29 @@ def training_models(name: str):
 
     torch.manual_seed(0)
     return load_model(name, num_labels=2).train(), load_model(name, num_labels=2, dropout=0.0).train()
+
+
+def training_step(model, batch: tuple, precision: str, installs=()) -> None:
+    """One forward/backward of a classifier on ``batch`` (ids, mask, labels) at ``precision``, with each of
+    ``installs`` (callables taking the model and returning a handle with ``remove()``, or None) in place for it."""
+    import torch
+
+    from ptmlab.train.evaluate import autocast_ctx
+
+    handles = [install(model) for install in installs]
+    ids, mask, labels = batch
+    with autocast_ctx(precision, torch.device("cpu")):
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+    for h in handles:
+        if h is not None:
+            h.remove()
+
+
+def random_batch(batch: int, length: int) -> tuple:
+    """A (ids, mask, labels) batch of random in-vocabulary ids, no padding."""
+    import torch
+
+    ids = torch.randint(1000, 20000, (batch, length))
+    return ids, torch.ones_like(ids), torch.zeros(batch, dtype=torch.long)

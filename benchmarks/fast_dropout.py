@@ -20,7 +20,7 @@ import os
 from functools import partial
 from pathlib import Path
 
-from _timing import alternate_medians, step_benchmark_args, training_models
+from _timing import alternate_medians, random_batch, step_benchmark_args, training_models, training_step
 
 
 def main() -> None:
@@ -29,29 +29,17 @@ def main() -> None:
 
     from ptmlab.core.io import atomic_write_json
     from ptmlab.models.first_token import first_token_only
-    from ptmlab.train.evaluate import autocast_ctx
     from ptmlab.train.fast_dropout import fast_dropout
 
     with_dropout, without = training_models(a.model)
     models = {"torch": with_dropout, "none": without}
 
-    def step(model, ids, mask, labels, fast: bool) -> None:
-        handles = [first_token_only(model), fast_dropout(model) if fast else None]
-        with autocast_ctx(a.precision, torch.device("cpu")):
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        loss.backward()
-        model.zero_grad(set_to_none=True)
-        for h in handles:
-            if h is not None:
-                h.remove()
-
     rows = []
     for b, n in shapes:
-        ids = torch.randint(1000, 20000, (b, n))
-        mask, labels = torch.ones_like(ids), torch.zeros(b, dtype=torch.long)
-        cells = {"torch": partial(step, models["torch"], ids, mask, labels, False),
-                 "fast": partial(step, models["torch"], ids, mask, labels, True),
-                 "none": partial(step, models["none"], ids, mask, labels, False)}
+        batch = random_batch(b, n)
+        cells = {"torch": partial(training_step, models["torch"], batch, a.precision, [first_token_only]),
+                 "fast": partial(training_step, models["torch"], batch, a.precision, [first_token_only, fast_dropout]),
+                 "none": partial(training_step, models["none"], batch, a.precision, [first_token_only])}
         med = alternate_medians(cells, a.rounds)
         rows.append({"batch": b, "length": n, **{f"{k}_ms": round(1000 * v, 1) for k, v in med.items()},
                      "speedup_fast": round(med["torch"] / med["fast"], 3),

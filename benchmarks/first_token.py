@@ -20,7 +20,7 @@ import os
 from functools import partial
 from pathlib import Path
 
-from _timing import alternate_medians, step_benchmark_args, training_models
+from _timing import alternate_medians, random_batch, step_benchmark_args, training_models, training_step
 
 
 def main() -> None:
@@ -29,25 +29,15 @@ def main() -> None:
 
     from ptmlab.core.io import atomic_write_json
     from ptmlab.models.first_token import first_token_only
-    from ptmlab.train.evaluate import autocast_ctx
 
     with_dropout, without = training_models(a.model)
     models = {"dropout 0.1": with_dropout, "dropout 0": without}
 
-    def step(model, ids, mask, labels, cut: bool) -> None:
-        handle = first_token_only(model) if cut else None
-        with autocast_ctx(a.precision, torch.device("cpu")):
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        loss.backward()
-        model.zero_grad(set_to_none=True)
-        if handle is not None:
-            handle.remove()
-
     rows = []
     for b, n in shapes:
-        ids = torch.randint(1000, 20000, (b, n))
-        mask, labels = torch.ones_like(ids), torch.zeros(b, dtype=torch.long)
-        cells = {(d, cut): partial(step, models[d], ids, mask, labels, cut) for d in models for cut in (True, False)}
+        batch = random_batch(b, n)
+        cells = {(d, cut): partial(training_step, models[d], batch, a.precision, [first_token_only] if cut else [])
+                 for d in models for cut in (True, False)}
         med = alternate_medians(cells, a.rounds)
         rows.append({"batch": b, "length": n,
                      "cut_ms": round(1000 * med[("dropout 0.1", True)], 1),

@@ -21,6 +21,7 @@ dropout) it is transformers' sdpa function unchanged. ``fine_tune`` installs it 
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -37,9 +38,7 @@ _LEVELS = 1 << 16
 
 def keep_mask(shape: torch.Size | tuple[int, ...], threshold: int, device: torch.device) -> torch.Tensor:
     """A bool tensor of ``shape``: each element True with probability 1 - threshold / 65536, independently."""
-    n = 1
-    for s in shape:
-        n *= int(s)
+    n = math.prod(shape)
     words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(1 << 63), None)
     bits = words.view(torch.int16)[:n].view(shape)
     return bits >= threshold - (1 << 15)
@@ -63,9 +62,9 @@ class FastDropout(nn.Dropout):
     """``nn.Dropout`` drawing its mask with ``dropout`` (same ``p``, same behaviour in eval mode)."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if self.inplace or input.device.type != "cpu":
+        if self.inplace:
             return super().forward(input)
-        return dropout(input, self.p, self.training)
+        return dropout(input, self.p, self.training)  # torch's own off the CPU
 
 
 def _math_kernel():
