@@ -145,7 +145,7 @@ def choose_then_test(candidates: dict[str, list[list[float]]], baseline: list[li
 
 
 # options that may differ between a finished variant and the same variant asked for again
-_NOT_SETTINGS = frozenset({"output", "overwrite", "resume", "command"})
+_NOT_SETTINGS = frozenset({"output", "overwrite", "resume", "command", "reuse_host_memory"})  # no effect on results
 
 
 def finished_variant(out_dir: Path, cfg, overwrite: bool = False) -> dict | None:

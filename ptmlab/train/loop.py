@@ -233,14 +233,20 @@ class Trainer:
 
     def train(self) -> LoopState:
         """Train to ``total_steps`` (or early stopping); with ``--fast-dropout`` (the default, eager mode) the
-        model's dropout draws its masks with ``train.fast_dropout`` while it trains, restored afterwards."""
+        model's dropout draws its masks with ``train.fast_dropout`` while it trains, restored afterwards; on a CPU,
+        with ``--reuse-host-memory`` (the default), freed memory stays in the process while it trains
+        (``train.host_memory``)."""
+        from ptmlab.train.host_memory import reuse_host_memory
+
         handle = None
         if getattr(self.cfg, "fast_dropout", False) and getattr(self.cfg, "compile", "off") == "off":
             from ptmlab.train.fast_dropout import fast_dropout
 
             handle = fast_dropout(self.raw_model)
+        on_cpu = self.accelerator.device.type == "cpu"
         try:
-            return self._train()
+            with reuse_host_memory(on_cpu and getattr(self.cfg, "reuse_host_memory", False)):
+                return self._train()
         finally:
             if handle is not None:
                 handle.remove()
