@@ -5,8 +5,10 @@ Fairness rules every benchmark built on this follows:
   epochs and precision (fp32 or bf16 autocast on all sides alike);
 - every side's final model is scored by the same code (``dev_accuracy``: ptmlab's batched evaluation in fp32, in
   the dev set's own order), so no side's prediction collection can differ from another's;
-- sides run alternately in one process, ``repeats`` times in rotated order, and each record carries the machine's
-  load average before and after it; medians and spreads are reported;
+- sides run alternately, ``repeats`` times in rotated order, and each record carries the machine's load average
+  before and after it; medians and spreads are reported. With ``isolate`` (``--isolate`` in the scripts) every run
+  starts in a fresh process of its own, so no side inherits another's process state (the C allocator's settings
+  and heap, caches, threads);
 - what is timed is the training loop only (model loading, tokenisation and evaluation excluded on every side).
 """
 
@@ -156,18 +158,50 @@ def run_bare(job: Job, compile_mode: str = "off") -> dict:
             "accuracy": dev_accuracy(model, job)}
 
 
-def alternate(sides: dict, repeats: int, tmp: Path) -> dict[str, list[dict]]:
-    """Run every side ``repeats`` times, rotating the order each round; each record carries the load average."""
+def run_trainer_host_memory(job: Job, out: Path, sampling: str = "group_by_length") -> dict:
+    """The Trainer inside ptmlab's ``reuse_host_memory`` (what ptmlab's loop does on a CPU): splits the ratio into
+    what the allocator setting brings and what the loop brings."""
+    from ptmlab.train.host_memory import reuse_host_memory
+
+    with reuse_host_memory():
+        return run_trainer(job, out, sampling)
+
+
+def in_fresh_process(name: str, out: Path) -> dict:
+    """Run side ``name`` of the calling script in a new Python process (the script's own command line plus
+    ``--run-side NAME --side-dir OUT``, which must write the side's record to ``OUT.json``)."""
+    import json
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, sys.argv[0], *sys.argv[1:], "--run-side", name, "--side-dir", str(out)],
+                   check=True)
+    return json.loads(out.with_suffix(".json").read_text())
+
+
+def run_one_side(sides: dict, name: str, out: str) -> None:
+    """The child's half of ``in_fresh_process``: run one side, write its record next to its directory."""
+    import json
+
+    out_dir = Path(out)
+    rec = sides[name](out_dir)
+    out_dir.with_suffix(".json").write_text(json.dumps(rec))
+
+
+def alternate(sides: dict, repeats: int, tmp: Path, isolate: bool = False) -> dict[str, list[dict]]:
+    """Run every side ``repeats`` times, rotating the order each round; each record carries the load average.
+    ``isolate``: each run in a fresh process (``in_fresh_process``)."""
     names = list(sides)
     records: dict[str, list[dict]] = {n: [] for n in names}
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
             before = load_average()
-            rec = sides[name](tmp / f"{name}-{r}")
+            out = tmp / f"{name}-{r}"
+            rec = in_fresh_process(name, out) if isolate else sides[name](out)
             rec["examples_per_second"] = round(rec["examples"] / rec["train_seconds"], 2)
             rec.update(load_before=before, load_after=load_average(), round=r)
             records[name].append(rec)
-            print(f"  {name:18} round {r}: {rec['examples_per_second']:8.1f} ex/s, dev acc {rec['accuracy']:.4f} "
+            print(f"  {name:28} round {r}: {rec['examples_per_second']:8.1f} ex/s, dev acc {rec['accuracy']:.4f} "
                   f"(load {before} -> {rec['load_after']})", flush=True)
     return records
 
@@ -184,7 +218,8 @@ def summarise(records: dict[str, list[dict]]) -> dict[str, dict]:
 
 
 def print_summary(summary: dict[str, dict]) -> None:
-    print(f"{'side':20} {'ex/s median':>12} {'[min, max]':>20} {'dev acc':>8}")
+    w = max(20, *(len(n) + 1 for n in summary))
+    print(f"{'side':{w}} {'ex/s median':>12} {'[min, max]':>20} {'dev acc':>8}")
     for name, s in summary.items():
         spread = f"[{s['examples_per_second_min']:.1f}, {s['examples_per_second_max']:.1f}]"
-        print(f"{name:20} {s['examples_per_second_median']:>12.1f} {spread:>20} {s['accuracy_median']:>8.4f}")
+        print(f"{name:{w}} {s['examples_per_second_median']:>12.1f} {spread:>20} {s['accuracy_median']:>8.4f}")
