@@ -60,3 +60,19 @@ def test_first_token_benchmark_times_both_sides(tmp_path):
     bad = subprocess.run([sys.executable, "benchmarks/first_token.py", "--model", "tiny", "--shapes", "32by16"],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert bad.returncode != 0 and "BATCHxLENGTH" in bad.stderr
+
+
+def test_host_memory_benchmark_runs_both_sides_in_their_own_processes(tmp_path):
+    out = tmp_path / "host_memory.json"
+    proc = subprocess.run([sys.executable, "benchmarks/host_memory.py", "--model", "tiny", "--rounds", "2",
+                           "--shapes", "4x16", "--output", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    [row] = res["rows"]
+    assert row["shape"] == "4x16" and row["default_ms"] > 0 and row["reuse_ms"] > 0
+    assert abs(row["speedup"] - row["default_ms"] / row["reuse_ms"]) < 0.05
+    assert proc.stdout.count("round 0") == 2 and proc.stdout.count("round 1") == 2  # both sides, each round
+    from ptmlab.train.host_memory import _glibc
+
+    assert res["applied"] is (_glibc() is not None)
