@@ -20,9 +20,10 @@ def alternate_medians(fns: dict, repeats: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def step_benchmark_args(description: str, default_output: str | None):
-    """The options of the per-step training benchmarks (``first_token.py``, ``fast_dropout.py``): the parsed
-    arguments and ``--shapes`` as (batch, length) pairs."""
+def step_benchmark_args(description: str, default_output: str | None, extra=None):
+    """The options of the per-step training benchmarks (``first_token.py``, ``fast_dropout.py``,
+    ``host_memory.py``; ``extra(parser)`` adds a script's own): the parsed arguments and ``--shapes`` as (batch,
+    length) pairs."""
     import argparse
 
     p = argparse.ArgumentParser(description=description)
@@ -31,6 +32,8 @@ def step_benchmark_args(description: str, default_output: str | None):
     p.add_argument("--shapes", default="32x16,32x64,32x128,8x512", help="BATCHxLENGTH,...")
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--output", default=default_output, help="result JSON")
+    if extra is not None:
+        extra(p)
     a = p.parse_args()
     try:
         shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes.split(",")]

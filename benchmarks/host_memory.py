@@ -7,7 +7,11 @@ setting changed in a process cannot be fully undone there), the two alternate ``
 of each side's per-round medians is reported with the ratio default / reuse. Same model, batch, data, precision
 and dropout (torch's, on both sides: the fast dropout is measured by ``fast_dropout.py``).
 
+``--what inference`` times a forward pass in eval mode under ``torch.inference_mode`` instead (what evaluation,
+prediction and serving run).
+
     python benchmarks/host_memory.py [--rounds 3] [--precision fp32|bf16] [--shapes 32x16,32x64,32x128,8x512]
+                                     [--what train|inference]
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from _timing import random_batch, step_benchmark_args
 STEPS = 5  # timed steps per shape in each process, after two untimed ones
 
 
-def child(mode: str, model_name: str, shapes: list[tuple[int, int]], precision: str) -> dict:
+def child(mode: str, model_name: str, shapes: list[tuple[int, int]], precision: str, what: str) -> dict:
     """One process's measurements: {shape: {"ms": median, "faults": median}}."""
     import torch
 
@@ -38,20 +42,29 @@ def child(mode: str, model_name: str, shapes: list[tuple[int, int]], precision: 
     from ptmlab.train.host_memory import reuse_host_memory
 
     torch.manual_seed(0)
-    model = load_model(model_name, num_labels=2).train()
+    model = load_model(model_name, num_labels=2).train(what == "train")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+
+    def train_step(ids, mask, labels):
+        with autocast_ctx(precision, torch.device("cpu")):
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def forward(ids, mask, labels):
+        with torch.inference_mode(), autocast_ctx(precision, torch.device("cpu")):
+            model(input_ids=ids, attention_mask=mask)
+
+    step = train_step if what == "train" else forward
     out = {}
     with reuse_host_memory(mode == "reuse") as applied:
         for b, n in shapes:
-            ids, mask, labels = random_batch(b, n)
+            batch = random_batch(b, n)
             ms, faults = [], []
             for i in range(STEPS + 2):
                 f0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
-                with autocast_ctx(precision, torch.device("cpu")):
-                    loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+                step(*batch)
                 if i >= 2:
                     ms.append(1000 * (time.perf_counter() - t0))
                     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
@@ -61,9 +74,11 @@ def child(mode: str, model_name: str, shapes: list[tuple[int, int]], precision: 
 
 def main() -> None:
     a, shapes = step_benchmark_args(__doc__.splitlines()[0], str(ROOT / "benchmarks" / "results" /
-                                                                  "host_memory.json"))
+                                                                  "host_memory.json"),
+                                    extra=lambda p: p.add_argument("--what", default="train",
+                                                                   choices=["train", "inference"]))
     if os.environ.get("PTMLAB_HOST_MEMORY_CHILD"):
-        print(json.dumps(child(os.environ["PTMLAB_HOST_MEMORY_CHILD"], a.model, shapes, a.precision)))
+        print(json.dumps(child(os.environ["PTMLAB_HOST_MEMORY_CHILD"], a.model, shapes, a.precision, a.what)))
         return
     runs = {"default": [], "reuse": []}
     for r in range(a.rounds):
@@ -83,10 +98,12 @@ def main() -> None:
         rows.append({"shape": k, "default_ms": round(med["default"], 1), "reuse_ms": round(med["reuse"], 1),
                      "speedup": round(med["default"] / med["reuse"], 3), "default_faults": flt["default"],
                      "reuse_faults": flt["reuse"]})
-    result = {"model": a.model, "precision": a.precision, "rounds": a.rounds, "steps_per_process": STEPS,
-              "threads": len(os.sched_getaffinity(0)), "load_average_end": list(os.getloadavg()),
+    unit = "training step" if a.what == "train" else "forward pass"
+    result = {"model": a.model, "what": a.what, "precision": a.precision, "rounds": a.rounds,
+              "steps_per_process": STEPS, "threads": len(os.sched_getaffinity(0)),
+              "load_average_end": list(os.getloadavg()),
               "applied": all(run["applied"] for run in runs["reuse"]), "rows": rows,
-              "ratio_is": "median ms per training step with glibc malloc as it comes / inside reuse_host_memory(), "
+              "ratio_is": f"median ms per {unit} with glibc malloc as it comes / inside reuse_host_memory(), "
                           "each in its own processes, alternating"}
     print(f"{'batch x tokens':>15} {'default ms':>11} {'reuse ms':>9} {'speed-up':>9} {'faults/step':>16}")
     for row in rows:
