@@ -160,3 +160,17 @@ def test_the_training_loop_installs_it_and_removes_it(tmp_path, monkeypatch):
     saved = load_model(str(tmp_path / "a"))
     assert not any(type(m) is FastDropout for m in saved.modules())
     assert saved.config._attn_implementation != ATTN_NAME
+
+
+def test_a_randomly_initialised_mpnet_keeps_its_own_attention_through_fast_dropout():
+    """``--random-init`` on MPNet (no sdpa in transformers) used to claim sdpa; restoring it after the fast
+    dropout then raised and stopped ``ptmlab study random-init --budget full``. Built from a small MPNet config."""
+    from transformers import MPNetConfig, MPNetForSequenceClassification
+
+    cfg = MPNetConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=64, num_labels=2)
+    model = MPNetForSequenceClassification._from_config(cfg)
+    before = model.config._attn_implementation
+    handle = fast_dropout(model)
+    handle.remove()
+    assert model.config._attn_implementation == before

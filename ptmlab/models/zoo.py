@@ -133,7 +133,10 @@ def load_model(name: str, num_labels: int | None = None, regression: bool = Fals
             raise PtmlabError(f"--random-init needs an unmodified architecture, but '{name}' records "
                               f"modifications: use the zoo model it came from")
         cls = AutoModelForSequenceClassification if task_head else AutoModel
-        return cls.from_config(config, attn_implementation=attn_implementation or "sdpa")
+        # transformers' default (sdpa where the class supports it, eager otherwise: MPNet); forcing "sdpa" made an
+        # MPNet model that claimed sdpa without running it, and setting it back after fast dropout raised
+        extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
+        return cls.from_config(config, **extra)
     return load_from_dir(path, kwargs, task_head=task_head, attn_implementation=attn_implementation)
 
 
