@@ -10,6 +10,14 @@ import sys
 from tests.conftest import GLUE, ROOT, needs_glue
 
 
+def _run_on_tiny(script: str, out, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """``benchmarks/SCRIPT --model tiny ARGS --output OUT`` run to success: the process and the JSON it wrote."""
+    proc = subprocess.run([sys.executable, f"benchmarks/{script}", "--model", "tiny", *args, "--output", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, json.loads(out.read_text())
+
+
 @needs_glue
 def test_compress_benchmark_runs_on_a_tiny_sst2_model(tmp_path):
     from ptmlab.train.args import FinetuneConfig
@@ -47,12 +55,7 @@ def test_cpu_flops_benchmark_measures_both_inference_paths(tmp_path):
 
 
 def test_first_token_benchmark_times_both_sides(tmp_path):
-    out = tmp_path / "first_token.json"
-    proc = subprocess.run([sys.executable, "benchmarks/first_token.py", "--model", "tiny", "--rounds", "1",
-                           "--shapes", "4x16,2x32", "--output", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(out.read_text())
+    _, res = _run_on_tiny("first_token.py", tmp_path / "first_token.json", "--rounds", "1", "--shapes", "4x16,2x32")
     assert [(r["batch"], r["length"]) for r in res["rows"]] == [(4, 16), (2, 32)]
     for r in res["rows"]:
         assert r["cut_ms"] > 0 and r["full_ms"] > 0
@@ -63,12 +66,7 @@ def test_first_token_benchmark_times_both_sides(tmp_path):
 
 
 def test_host_memory_benchmark_runs_both_sides_in_their_own_processes(tmp_path):
-    out = tmp_path / "host_memory.json"
-    proc = subprocess.run([sys.executable, "benchmarks/host_memory.py", "--model", "tiny", "--rounds", "2",
-                           "--shapes", "4x16", "--output", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(out.read_text())
+    proc, res = _run_on_tiny("host_memory.py", tmp_path / "host_memory.json", "--rounds", "2", "--shapes", "4x16")
     [row] = res["rows"]
     assert row["shape"] == "4x16" and row["default_ms"] > 0 and row["reuse_ms"] > 0
     assert abs(row["speedup"] - row["default_ms"] / row["reuse_ms"]) < 0.05

@@ -7,8 +7,9 @@ mpnet; activations and autocast's weight copies besides), so each step touches t
 a page fault and a kernel zeroing per 4 KB page, measured at 30,000-40,000 faults per minilm step. While
 ``reuse_host_memory()`` is active malloc takes every block from its heap (``M_MMAP_MAX`` 0) and keeps up to 1 GiB
 of free heap (``M_TRIM_THRESHOLD``), so the next step reuses the same pages. On exit both settings go back to
-glibc's defaults and the free heap is trimmed. The process's resident memory stays at its peak while training
-(what the pages were needed for anyway).
+glibc's defaults and the free heap is trimmed (glibc's dynamic mmap threshold stays off for the rest of the
+process: setting any of these turns it off, and glibc offers no way back). The process's resident memory stays at
+its peak while training (what the pages were needed for anyway).
 
 Nothing happens outside glibc (macOS, Windows, musl) or with ``enabled=False``; nested uses apply once.
 """
@@ -20,6 +21,7 @@ import ctypes.util
 import platform
 import threading
 from contextlib import contextmanager
+from functools import lru_cache
 
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4          # mallopt parameters (malloc.h)
 DEFAULT_TRIM_THRESHOLD, DEFAULT_MMAP_MAX = 128 * 1024, 65536
@@ -29,8 +31,9 @@ _lock = threading.Lock()
 _depth = 0
 
 
+@lru_cache(maxsize=1)
 def _glibc():
-    """The C library when it is glibc (with ``mallopt``), else None."""
+    """The C library when it is glibc (with ``mallopt``), else None (looked up once)."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return None
     try:
