@@ -13,8 +13,12 @@ it):
    same batch; the matmul rate is then also measured through onnxruntime (one MatMul node) and the machine's rate
    is the larger of the two libraries', so neither path is flattered by the other's slower matmul.
 Ratios 2/1, 3/1 and 4/1 say how close a step comes to the hardware; the breakdown says what to attack.
+``--reuse-host-memory`` runs everything inside ptmlab's host-memory setting (``train.host_memory``: what the
+training loop and ``predict_logits`` use on a CPU); without it glibc's malloc works as it comes. The setting cannot
+be undone inside a process, so compare two runs.
 
     python benchmarks/cpu_flops.py [--model minilm] [--length 64] [--precision fp32|bf16] [--repeats 5]
+                                   [--reuse-host-memory]
 """
 
 from __future__ import annotations
@@ -67,13 +71,6 @@ def ort_matmul_rate(n: int, repeats: int, threads: int) -> float:
 
 
 def main() -> None:
-    import torch
-    import torch.nn.functional as F
-
-    from ptmlab.data.loaders import load_task
-    from ptmlab.models.structure import structure_of
-    from ptmlab.models.zoo import load_model, load_tokenizer
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="minilm")
     p.add_argument("--glue-dir", default=str(ROOT.parent / "shared/data/glue"))
@@ -82,7 +79,24 @@ def main() -> None:
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "cpu_flops.json"))
+    p.add_argument("--reuse-host-memory", action="store_true", help="run inside ptmlab's host-memory setting")
     args = p.parse_args()
+    if args.reuse_host_memory:
+        from ptmlab.train.host_memory import reuse_host_memory
+
+        with reuse_host_memory() as applied:
+            return measure(args, applied)
+    return measure(args, False)
+
+
+def measure(args, host_memory: bool) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from ptmlab.data.loaders import load_task
+    from ptmlab.models.structure import structure_of
+    from ptmlab.models.zoo import load_model, load_tokenizer
+
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16")
@@ -153,7 +167,8 @@ def main() -> None:
     breakdown = {k: round(v / total, 3) for k, v in spent.items()}
 
     result = {"model": args.model, "precision": args.precision, "threads": torch.get_num_threads(),
-              "load_average": list(os.getloadavg()), "batch": args.batch_size, "length": args.length,
+              "load_average": list(os.getloadavg()),
+              "reuse_host_memory": host_memory, "batch": args.batch_size, "length": args.length,
               "non_embedding_params": n_params, "matmul_gflops": peak, "matmul_gflops_onnxruntime": ort_peak,
               "machine_gflops": machine,
               "inference": {"seconds": round(infer_s, 4), "gflops": round(infer_rate, 1),

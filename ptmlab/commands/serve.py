@@ -29,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from ptmlab.serve.config import ServeConfig
     from ptmlab.serve.server import serve_forever
     from ptmlab.serve.state import open_store
+    from ptmlab.train.host_memory import reuse_host_memory
 
     cfg = resolve_config(ServeConfig, args, args.config)
     cfg.validate()
@@ -39,5 +40,6 @@ def run(args: argparse.Namespace) -> int:
     heads = f"tasks {', '.join(t.name for t in info.tasks)}" if info.tasks else f"labels {', '.join(info.labels)}"
     print(f"serving {info.path} ({info.model_type}, {heads}) on http://{cfg.host}:{cfg.port} "
           f"(policy {cfg.output_policy}; state {store.where})", flush=True)
-    serve_forever(app, cfg.host, cfg.port)
+    with reuse_host_memory():  # the served model runs on the CPU: freed activations reuse their pages
+        serve_forever(app, cfg.host, cfg.port)
     return 0

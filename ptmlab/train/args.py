@@ -126,7 +126,7 @@ class TrainArgs:
                                    "dropout too on sdpa models); --no-fast-dropout uses torch's")
     reuse_host_memory: bool = opt(True, "CPU training: keep freed memory in the process while training (glibc "
                                         "malloc settings, restored after), sparing tens of thousands of page faults "
-                                        "per step; --no-reuse-host-memory leaves malloc as it is")
+                                        "per step (its evaluations follow); --no-reuse-host-memory leaves malloc be")
     compile: str = opt("off", "torch.compile the model: off, default, reduce-overhead (CUDA graphs), max-autotune; "
                               "batches are then padded to multiples of 32 tokens so shapes repeat",
                        choices=["off", "default", "reduce-overhead", "max-autotune"])

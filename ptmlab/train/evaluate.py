@@ -40,6 +40,7 @@ def predict_logits(model, enc: Encoded, pad_id: int, batch_size: int = 128, prec
                    desc: str = "evaluate") -> np.ndarray:
     """Logits for every example, in the original order."""
     from ptmlab.models.first_token import first_token_only
+    from ptmlab.train.host_memory import reuse_host_memory
 
     model.eval()
     device = next(model.parameters()).device
@@ -50,13 +51,14 @@ def predict_logits(model, enc: Encoded, pad_id: int, batch_size: int = 128, prec
     watched = any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
     cut = None if watched else first_token_only(model)
     try:
-        for idx in progress(batches, desc=desc, disable=None if len(enc) > 2000 else True):
-            batch = collate(enc, idx, pad_id)
-            inputs = {k: v.to(device) for k, v in model_inputs(model, batch).items()}
-            with autocast_ctx(precision, device):
-                logits = model(**inputs).logits.float().cpu().numpy()
-            for row, i in enumerate(idx):
-                out[i] = logits[row]
+        with reuse_host_memory(device.type == "cpu"):  # freed activations reuse their pages (host_memory.py)
+            for idx in progress(batches, desc=desc, disable=None if len(enc) > 2000 else True):
+                batch = collate(enc, idx, pad_id)
+                inputs = {k: v.to(device) for k, v in model_inputs(model, batch).items()}
+                with autocast_ctx(precision, device):
+                    logits = model(**inputs).logits.float().cpu().numpy()
+                for row, i in enumerate(idx):
+                    out[i] = logits[row]
     finally:
         if cut is not None:
             cut.remove()

@@ -1,4 +1,5 @@
-"""Host memory while training on a CPU: keep freed memory in the process instead of handing it back to the kernel.
+"""Host memory on a CPU: keep freed memory in the process instead of handing it back to the kernel (training,
+evaluation, serving).
 
 glibc's malloc serves every block above its mmap threshold (at most 32 MB) with a fresh ``mmap`` and returns it on
 ``free``; it also trims the top of its heap back to the kernel. A CPU training step allocates and frees the same
@@ -11,7 +12,10 @@ glibc's defaults and the free heap is trimmed (glibc's dynamic mmap threshold st
 process: setting any of these turns it off, and glibc offers no way back). The process's resident memory stays at
 its peak while training (what the pages were needed for anyway).
 
-Nothing happens outside glibc (macOS, Windows, musl) or with ``enabled=False``; nested uses apply once.
+Used by the training loop (``--no-reuse-host-memory`` turns it off), ``predict_logits`` (evaluation, prediction)
+and ``ptmlab serve`` on a CPU (inference measured by ``benchmarks/host_memory.py --what inference``). Nothing
+happens outside glibc (macOS, Windows, musl) or with ``enabled=False``; nested blocks follow the outermost one and
+apply once.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ DEFAULT_TRIM_THRESHOLD, DEFAULT_MMAP_MAX = 128 * 1024, 65536
 KEEP_FREE = 1 << 30                             # free heap kept while active
 
 _lock = threading.Lock()
-_depth = 0
+_blocks: list[bool] = []  # one entry per active block: whether the setting applies in it
 
 
 @lru_cache(maxsize=1)
@@ -45,23 +49,21 @@ def _glibc():
 
 @contextmanager
 def reuse_host_memory(enabled: bool = True):
-    """Within the block, freed host memory stays in the process (glibc only). Yields whether it applied."""
-    global _depth
-    libc = _glibc() if enabled else None
-    if libc is None:
-        yield False
-        return
+    """Within the block, freed host memory stays in the process (glibc only). Yields whether it applies. A nested
+    block follows the outermost one: evaluation inside a training run with ``--no-reuse-host-memory`` stays off."""
     with _lock:
-        if _depth == 0:
-            libc.mallopt(M_MMAP_MAX, 0)
-            libc.mallopt(M_TRIM_THRESHOLD, KEEP_FREE)
-        _depth += 1
+        applied = _blocks[0] if _blocks else bool(enabled and _glibc() is not None)
+        if applied and not _blocks:
+            _glibc().mallopt(M_MMAP_MAX, 0)
+            _glibc().mallopt(M_TRIM_THRESHOLD, KEEP_FREE)
+        _blocks.append(applied)
     try:
-        yield True
+        yield applied
     finally:
         with _lock:
-            _depth -= 1
-            if _depth == 0:
+            _blocks.pop()
+            if applied and not _blocks:
+                libc = _glibc()
                 libc.mallopt(M_MMAP_MAX, DEFAULT_MMAP_MAX)
                 libc.mallopt(M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD)
                 libc.malloc_trim(0)
