@@ -7,7 +7,9 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import GLUE, ROOT, needs_glue
+import pytest
+
+from tests.conftest import GLUE, ROOT, SHARED, needs_glue
 
 
 def _run_on_tiny(script: str, out, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -74,3 +76,19 @@ def test_host_memory_benchmark_runs_both_sides_in_their_own_processes(tmp_path):
     from ptmlab.train.host_memory import _glibc
 
     assert res["applied"] is (_glibc() is not None)
+
+
+@pytest.mark.skipif(not (SHARED / "blimp" / "adjunct_island.jsonl").is_file(),
+                    reason=f"BLiMP not found at {SHARED / 'blimp'} (shared data is absent on this machine)")
+def test_anomaly_reference_benchmark_chooses_on_dev_and_reports_held_out(tmp_path):
+    _, res = _run_on_tiny("anomaly_reference.py", tmp_path / "ar.json", "--per-phenomenon", "2", "--base", "40",
+                          "--most", "80")
+    rows = res["variants"]
+    assert len(rows) == 8 and len({r["variant"] for r in rows}) == 8
+    for r in rows:
+        assert r["dev"] == max(r["dev_curve"]) and r["dev_curve"][r["dev_layer"]] == r["dev"]
+        assert r["held_out_at_dev_layer"] == r["held_out_curve"][r["dev_layer"]]
+        assert len(r["dev_curve"]) == len(r["held_out_curve"]) >= 2 and all(0 <= a <= 1 for a in r["dev_curve"])
+    best = max(rows, key=lambda r: r["dev"])
+    assert res["chosen"]["variant"] == best["variant"]
+    assert res["pairs"]["dev"] > 0 and res["pairs"]["held_out"] > 0
