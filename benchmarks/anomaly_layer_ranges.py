@@ -11,13 +11,13 @@ Writes benchmarks/results/anomaly_layer_ranges.json and prints one line per scor
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+import _env  # noqa: F401  first: offline defaults before anything imports transformers
 # isort: on
 
-import argparse
 import time
 
 import numpy as np
+from _blimp import blimp_parser, blimp_split
 
 
 def choose_ranges(good: np.ndarray, bad: np.ndarray, dev: np.ndarray) -> dict:
@@ -50,24 +50,16 @@ def choose_ranges(good: np.ndarray, bad: np.ndarray, dev: np.ndarray) -> dict:
 
 
 def main() -> int:
-    from ptmlab.analysis.anomaly import Encoder, load_blimp
+    from ptmlab.analysis.anomaly import Encoder
     from ptmlab.analysis.runs import fit_or_load
     from ptmlab.core.seed import configure_threads
-    from ptmlab.studies.anomaly import _FitArgs, split_phenomena
+    from ptmlab.studies.anomaly import _FitArgs
 
-    shared = ROOT.parent / "shared" / "data"
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="mpnet")
-    p.add_argument("--blimp", default=str(shared / "blimp"))
-    p.add_argument("--per-phenomenon", type=int, default=100)
+    p = blimp_parser(__doc__, "anomaly_layer_ranges.json")
     p.add_argument("--max-sentences", type=int, default=2000, help="reference sentences (the study's default)")
-    p.add_argument("--seed", type=int, default=0, help="reference sample")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "anomaly_layer_ranges.json"))
     args = p.parse_args()
     configure_threads()
-    pairs = load_blimp(args.blimp, args.per_phenomenon)
-    dev_names, _ = split_phenomena([x.phenomenon for x in pairs])
-    dev = np.array([x.phenomenon in dev_names for x in pairs])
+    pairs, dev = blimp_split(args)
     record = {"model": args.model, "pairs": {"dev": int(dev.sum()), "held_out": int((~dev).sum())},
               "seed": args.seed, "max_sentences": args.max_sentences, "scorings": {}}
     for center in (False, True):
@@ -82,8 +74,8 @@ def main() -> int:
               f"{r['single_held_out']:.4f}; dev-chosen {r['range']} held-out {r['range_held_out']:.4f}", flush=True)
     from ptmlab.core.io import atomic_write_json
 
-    atomic_write_json(args.out, record)
-    print(f"wrote {args.out}")
+    atomic_write_json(args.output, record)
+    print(f"wrote {args.output}")
     return 0
 
 

@@ -15,14 +15,14 @@ Writes benchmarks/results/anomaly_reference.json and prints one line per variant
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+import _env  # noqa: F401  first: offline defaults before anything imports transformers
 # isort: on
 
-import argparse
 import time
 
 import numpy as np
 import torch
+from _blimp import blimp_parser, blimp_split
 
 
 def encode(enc, sentences: list[str], desc: str) -> tuple[list[np.ndarray], np.ndarray]:
@@ -59,26 +59,17 @@ def sentence_scores(ref: np.ndarray, x: np.ndarray, counts: np.ndarray, covarian
 
 
 def main() -> int:
-    from ptmlab.analysis.anomaly import Encoder, default_reference, load_blimp, reference_sentences
+    from ptmlab.analysis.anomaly import Encoder, default_reference, reference_sentences
     from ptmlab.core.io import atomic_write_json
     from ptmlab.core.seed import configure_threads
-    from ptmlab.studies.anomaly import split_phenomena
 
-    shared = ROOT.parent / "shared" / "data"
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="mpnet")
-    p.add_argument("--blimp", default=str(shared / "blimp"))
-    p.add_argument("--per-phenomenon", type=int, default=100)
+    p = blimp_parser(__doc__, "anomaly_reference.json")
     p.add_argument("--base", type=int, default=2000, help="the study's reference size")
     p.add_argument("--most", type=int, default=6000, help="the larger reference (at most; WikiText-2 has ~4,700)")
-    p.add_argument("--seed", type=int, default=0, help="reference sample")
-    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "anomaly_reference.json"))
     args = p.parse_args()
     configure_threads()
     t0 = time.perf_counter()
-    pairs = load_blimp(args.blimp, args.per_phenomenon)
-    dev_names, _ = split_phenomena([x.phenomenon for x in pairs])
-    dev = np.array([x.phenomenon in dev_names for x in pairs])
+    pairs, dev = blimp_split(args)
     n = len(pairs)
     enc = Encoder.load(args.model, center=False, batch_size=64)
     blimp, counts = encode(enc, [x.good for x in pairs] + [x.bad for x in pairs], "encode BLiMP")
