@@ -82,28 +82,29 @@ def main() -> int:
     record = {"model": args.model, "pairs": {"dev": int(dev.sum()), "held_out": int((~dev).sum())},
               "seed": args.seed, "rule": "variant and layer with the best development accuracy; held-out reported",
               "variants": []}
+    variants = [(scoring, size, covariance) for scoring in ("plain", "centred") for size in sizes
+                for covariance in ("full", "ledoit-wolf")]
+    correct: dict[tuple, list] = {v: [] for v in variants}
     for scoring in ("plain", "centred"):
-        for size, rows in sizes.items():
-            for covariance in ("full", "ledoit-wolf"):
-                correct = []
-                for layer in range(len(blimp)):
-                    r, x = ref[layer], blimp[layer]
-                    if scoring == "centred":
-                        r, x = centre(r, ref_counts), centre(x, counts)
-                    if rows is not None:
-                        r = r[rows]
-                    s = sentence_scores(r, x, counts, covariance)
-                    correct.append(s[:n] > s[n:])
-                c = np.stack(correct, 1).astype(float)  # [pairs, layers]
-                dev_curve, held_curve = c[dev].mean(0), c[~dev].mean(0)
-                layer = int(dev_curve.argmax())
-                row = {"variant": f"{scoring}, {size}, {covariance}", "dev_layer": layer,
-                       "dev": round(float(dev_curve[layer]), 4), "held_out_at_dev_layer": round(float(
-                           held_curve[layer]), 4), "dev_curve": [round(float(a), 4) for a in dev_curve],
-                       "held_out_curve": [round(float(a), 4) for a in held_curve]}
-                record["variants"].append(row)
-                print(f"{row['variant']:45s} dev {row['dev']:.4f} at layer {layer}; held-out there "
-                      f"{row['held_out_at_dev_layer']:.4f}", flush=True)
+        for layer in range(len(blimp)):  # each layer's vectors centred once, then every variant of this scoring
+            r, x = ref[layer], blimp[layer]
+            if scoring == "centred":
+                r, x = centre(r, ref_counts), centre(x, counts)
+            for v in (v for v in variants if v[0] == scoring):
+                rows = sizes[v[1]]
+                s = sentence_scores(r if rows is None else r[rows], x, counts, v[2])
+                correct[v].append(s[:n] > s[n:])
+        for v in (v for v in variants if v[0] == scoring):
+            c = np.stack(correct[v], 1).astype(float)  # [pairs, layers]
+            dev_curve, held_curve = c[dev].mean(0), c[~dev].mean(0)
+            layer = int(dev_curve.argmax())
+            row = {"variant": ", ".join(v), "dev_layer": layer, "dev": round(float(dev_curve[layer]), 4),
+                   "held_out_at_dev_layer": round(float(held_curve[layer]), 4),
+                   "dev_curve": [round(float(a), 4) for a in dev_curve],
+                   "held_out_curve": [round(float(a), 4) for a in held_curve]}
+            record["variants"].append(row)
+            print(f"{row['variant']:45s} dev {row['dev']:.4f} at layer {layer}; held-out there "
+                  f"{row['held_out_at_dev_layer']:.4f}", flush=True)
     chosen = max(record["variants"], key=lambda v: v["dev"])
     record["chosen"] = {k: chosen[k] for k in ("variant", "dev_layer", "dev", "held_out_at_dev_layer")}
     record["seconds"] = round(time.perf_counter() - t0, 1)
