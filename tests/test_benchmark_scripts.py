@@ -78,6 +78,16 @@ def test_host_memory_benchmark_runs_both_sides_in_their_own_processes(tmp_path):
     assert res["applied"] is (_glibc() is not None)
 
 
+def test_embedding_share_benchmark_alternates_full_and_frozen_steps(tmp_path):
+    proc, res = _run_on_tiny("embedding_share.py", tmp_path / "embedding_share.json", "--rounds", "2",
+                             "--shapes", "4x16,2x8")
+    assert [r["shape"] for r in res["rows"]] == ["4x16", "2x8"]
+    for r in res["rows"]:
+        assert r["full_ms"] > 0 and r["frozen_ms"] > 0
+        assert abs(r["embedding_share"] - (1 - r["frozen_ms"] / r["full_ms"])) < 0.01  # the ms are rounded
+    assert res["embedding_rows"] > 1000 and proc.stdout.count("round ") == 2
+
+
 @pytest.mark.skipif(not (SHARED / "blimp" / "adjunct_island.jsonl").is_file(),
                     reason=f"BLiMP not found at {SHARED / 'blimp'} (shared data is absent on this machine)")
 def test_anomaly_reference_benchmark_chooses_on_dev_and_reports_held_out(tmp_path):
