@@ -38,6 +38,15 @@ def _mobile_student_row(res: dict) -> None:
     main = next(k for k in teacher if k not in ("method", "student", "teacher_%", "agreement", "params",
                                                   "speedup_b32", "train_seconds"))
     assert shrink["speedup_b32"] > 0 and 0.0 <= shrink[main] <= 1.0 and len(shrink["per_seed"]) >= 1, shrink
+    # issue 17: the BiLSTM and CNN students and TinyBERT's whole recipe (general stage, augmented data) run too,
+    # beside the claim: their own students, their rows in the table, never the chosen method
+    assert rows["bilstm"]["student"].startswith("bilstm") and rows["cnn"]["student"].startswith("cnn")
+    assert rows["tinybert_aug"]["student"] == rows["tinybert"]["student"]
+    assert set(res["beside_the_claim"]) == {"mobilebert", "shrink", "bilstm", "cnn", "tinybert_aug"}
+    assert res["chosen_method"] not in res["beside_the_claim"] and res["general_text"]
+    for m in ("bilstm", "cnn", "tinybert_aug"):
+        assert 0.0 <= rows[m][main] <= 1.0 and 0 < rows[m]["params"] and rows[m]["speedup_b32"] > 0, rows[m]
+    assert rows["bilstm"]["params"] < teacher["params"] and rows["cnn"]["params"] < teacher["params"]
 
 
 # what a study's table must hold beyond the common checks

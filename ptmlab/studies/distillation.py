@@ -18,7 +18,10 @@ by construction).
 Compares no teacher (the student fine-tuned on labels), soft_ce, DistilBERT (soft_ce + cosine), TinyBERT
 (embedding + hidden + attention, then soft_ce), MiniLM (relations + soft_ce) and PKD (+ soft_ce): dev metric, share
 of the teacher, agreement with the teacher, parameters and batch-32 CPU speed-up. Each method runs once per seed
-(``--seeds``; ``--budget full``: 0,1,2 and the whole dev set); the teacher is fine-tuned once.
+(``--seeds``; ``--budget full``: 0,1,2 and the whole dev set); the teacher is fine-tuned once. Beside the claim,
+never chosen: other students (a MobileBERT-style and a narrow sliced one, a BiLSTM and a CNN) and TinyBERT's whole
+recipe (general distillation on plain text, then the task stage on 2 augmented copies of each example), which sees
+more data than the rest.
 """
 
 from __future__ import annotations
@@ -57,10 +60,20 @@ METHODS = {
     # student's parameters) with the same recipe, hidden states through TinyBERT's learned projection; the head
     # count differs from the teacher's, so no attention loss. Reported beside, never chosen.
     "shrink": dict(losses=["soft_ce", "embedding_mse", "hidden_mse"], intermediate_epochs=1.0),
+    # students of another kind (Tang et al. 2019): a BiLSTM and a CNN over the teacher's word embeddings, logits only
+    "bilstm": dict(losses=["soft_ce"]),
+    "cnn": dict(losses=["soft_ce"]),
+    # TinyBERT's whole recipe on --student: general distillation on plain text (--general-text), then the task stage
+    # (layer losses, then soft_ce) on the training set with 2 augmented copies of each example. It sees more data
+    # than the others, so it is reported beside the claim, never chosen.
+    "tinybert_aug": dict(losses=["soft_ce", "embedding_mse", "hidden_mse", "attention_mse"], intermediate_epochs=1.0,
+                         augment=2),
 }
-# methods trained on another student than --student (method -> the option naming it): their rows are reported beside
-# the claim, never part of it, and they train at --narrow-lr
-BESIDE = {"mobilebert": "mobile", "shrink": "shrink"}
+# methods reported beside the claim, never part of it (method -> the option naming their student): other students,
+# or more data than the rest
+BESIDE = {"mobilebert": "mobile", "shrink": "shrink", "bilstm": "bilstm", "cnn": "cnn", "tinybert_aug": "student"}
+# the methods whose student is mostly new weights: they train at --narrow-lr
+NARROW = {"mobilebert", "shrink", "bilstm", "cnn"}
 
 
 @dataclass(frozen=True)
@@ -72,15 +85,20 @@ class DistillationStudyArgs(StudyArgs):
     mobile: str = opt("mobile:3", "the MobileBERT-style student of method 'mobilebert' (mobile:LAYERS[xBOTTLENECK])")
     shrink: str = opt("shrink:layers=3,hidden=128,heads=4,ffn=512", "the narrow student of method 'shrink', about the "
                       "size of --mobile (for minilm: 4.5M vs 4.8M parameters)")
+    bilstm: str = opt("bilstm", "the BiLSTM student of method 'bilstm' (bilstm[:hidden=H,embed=E])")
+    cnn: str = opt("cnn", "the CNN student of method 'cnn' (cnn[:filters=F,embed=E])")
+    general_text: str = opt("", "plain text for the general stage of method 'tinybert_aug' (default: WikiText-2 "
+                            "from the shared data, else the task's own training text)")
+    general_examples: int = opt(2000, "text chunks of that general stage")
     methods: list[str] = opt(["none", *METHODS], "methods: none (no teacher), soft_ce, distilbert, tinybert, "
-                                                 "minilm, pkd, mobilebert, shrink")
+                                                 "minilm, pkd, mobilebert, shrink, bilstm, cnn, tinybert_aug")
     max_train: int = opt(2000, "training examples")
     max_eval: int = opt(500, "dev examples")
     max_length: int = opt(64, "max tokens")
     epochs: float = opt(2.0, "student epochs (the same budget for every method)")
     lr: float = opt(1e-4, "student learning rate")
-    narrow_lr: float = opt(1e-3, "learning rate of the narrow students beside the claim (mobilebert, shrink): "
-                           "mostly new weights; the rate benchmarks/distill.py uses for shrink: students")
+    narrow_lr: float = opt(1e-3, "learning rate of the students beside the claim that are mostly new weights "
+                           "(mobilebert, shrink, bilstm, cnn); benchmarks/distill.py's rate for shrink: students")
     batch_size: int = opt(32, "batch size")
     seed: int = opt(0, "seed")
     output: str = opt("runs/study-distillation", "output directory")
@@ -96,17 +114,38 @@ def _teacher(a: DistillationStudyArgs, out: Path) -> str:
     return str(out / "teacher")
 
 
-def _distill(a: DistillationStudyArgs, teacher: str, method: str, out: Path, seed: int) -> dict:
+def _general_text(a: DistillationStudyArgs, out: Path) -> str:
+    """--general-text, else WikiText-2 from the shared data, else the task's training text (written once)."""
+    from ptmlab.core.io import atomic_write_text
+    from ptmlab.data.loaders import load_task
+    from ptmlab.studies.pretrain_common import shared_dir
+
+    if a.general_text:
+        return a.general_text
+    wiki = shared_dir() / "text" / "wikitext-2"
+    if wiki.is_dir():
+        return str(wiki)
+    path = out / "general-text.txt"
+    if not path.is_file():
+        text = load_task(a.task, a.glue_dir).splits["train"].text
+        atomic_write_text(path, "\n\n".join(" ".join(t.split()) for t in text) + "\n")
+    return str(path)
+
+
+def _distill(a: DistillationStudyArgs, teacher: str, method: str, out: Path, seed: int,
+             general_text: str | None = None) -> dict:
     from ptmlab.core.config import build_config
     from ptmlab.distill.config import DistillConfig
     from ptmlab.distill.pipeline import run_distill
     from ptmlab.studies.common import finished_variant
 
-    extra = METHODS.get(method, dict(losses=["soft_ce"], alpha=0.0))  # none: alpha 0 = labels only
+    extra = dict(METHODS.get(method, dict(losses=["soft_ce"], alpha=0.0)))  # none: alpha 0 = labels only
+    if method == "tinybert_aug":
+        extra.update(general_text=general_text, general_examples=a.general_examples)
     student = _student(a, method)
     values = dict(teacher=teacher, student=student, task=a.task, glue_dir=a.glue_dir, max_train=a.max_train,
                   max_eval=a.max_eval, max_length=a.max_length, epochs=a.epochs,
-                  lr=a.narrow_lr if method in BESIDE else a.lr, batch_size=a.batch_size,
+                  lr=a.narrow_lr if method in NARROW else a.lr, batch_size=a.batch_size,
                   seed=seed, output=str(out), overwrite=True, test=False, **extra)
     cfg = build_config(DistillConfig, values, source="study")
     done = finished_variant(out, cfg, a.overwrite)
@@ -128,9 +167,12 @@ def _latency(run: str, texts: list[str]) -> float:
 SMALL = {
     **SMALL_FINETUNE,
     "student": "layers:1",
-    "methods": ["none", "soft_ce", "tinybert", "mobilebert", "shrink"],
+    "methods": ["none", "soft_ce", "tinybert", "mobilebert", "shrink", "bilstm", "cnn", "tinybert_aug"],
     "mobile": "mobile:1",
     "shrink": "shrink:layers=1,hidden=32,heads=2,ffn=64",
+    "bilstm": "bilstm:hidden=16",
+    "cnn": "cnn:filters=16",
+    "general_examples": 32,
 }
 FULL = dict(FULL_FINETUNE)  # what --budget full runs: seeds 0,1,2 and the whole dev set
 
@@ -150,12 +192,13 @@ def run(argv: list[str]) -> int:
     seeds = seed_list(a)
     out = Path(a.output)
     teacher = _teacher(a, out)
+    general = _general_text(a, out) if "tinybert_aug" in a.methods else None
     texts = load_task(a.task, a.glue_dir).splits["dev"].text[:64]
     t_lat = _latency(teacher, texts)
     rows, correct = [], {}
     for method in a.methods:
         runs = [seed_dir(out, method, seed, seeds) for seed in seeds]
-        summ = [_distill(a, teacher, method, run, seed) for run, seed in zip(runs, seeds, strict=True)]
+        summ = [_distill(a, teacher, method, run, seed, general) for run, seed in zip(runs, seeds, strict=True)]
         correct[method] = [dev_correct(run) for run in runs]
         s = summ[-1]
         main = s["main_metric"]
@@ -175,7 +218,9 @@ def run(argv: list[str]) -> int:
     write_study(out, f"Study: distillation ({a.student} on {a.task})", rows, v,
                 [(fig, "methods", "dev metric per method (teacher first; mean over seeds)")],
                 extra={"chosen_method": chosen,
-                       "selection": "dev examples at even positions choose the method; odd positions report"},
+                       "selection": "dev examples at even positions choose the method; odd positions report",
+                       "beside_the_claim": sorted(m for m in a.methods if m in BESIDE),
+                       **({"general_text": general} if general else {})},
                 claim=CLAIM, budget=a.budget, seeds=seeds)
     return 0
 
