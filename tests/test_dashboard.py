@@ -245,3 +245,17 @@ def test_claims_table_script(results, tmp_path):
     assert subprocess.run([*script, "--check"], capture_output=True, cwd=ROOT).returncode == 0
     missing = subprocess.run([*script[:3], str(tmp_path / "none.md")], capture_output=True, text=True, cwd=ROOT)
     assert missing.returncode == 2 and missing.stderr.startswith("error:") and "Traceback" not in missing.stderr
+
+
+def test_the_readme_quotes_the_committed_results():
+    """The README's Claims section is what ``studies/results`` gives today: a result committed without rerunning
+    ``scripts/claims_table.py`` (or a hand edit of the table) fails here (``write=False``: only compared)."""
+    before = (ROOT / "README.md").read_text()
+    assert update_readme(ROOT / "README.md", ROOT / "studies" / "results", write=False) is False, (
+        "README.md's Claims section is out of date: run python scripts/claims_table.py")
+    entries = {e.study: e for e in load_entries(ROOT / "studies" / "results")}
+    # issue 17: the studies run at the papers' model size have full-budget results with at least three seeds
+    for name in ("anomaly", "head-ablation", "layer-ablation", "super-tickets", "compression", "random-init"):
+        e = entries[name]
+        assert e.budget == "full" and len(e.seeds) >= 3, f"{name}: budget {e.budget!r}, seeds {e.seeds}"
+    assert (ROOT / "README.md").read_text() == before
