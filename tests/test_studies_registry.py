@@ -93,3 +93,16 @@ def test_small_budget_preset_yields_to_explicit_flags(tmp_path):
     assert b.model == "minilm" and b.max_train == 2000
     with pytest.raises(dataclasses.FrozenInstanceError):
         b.model = "tiny"  # configs are frozen
+
+
+def test_distillation_general_text_falls_back_to_the_task_text(tmp_path, monkeypatch):
+    """Without the shared WikiText-2 (a user's fresh machine) TinyBERT's general stage reads the task's own training
+    text, written once into the study's output; an explicit --general-text always wins."""
+    import ptmlab.studies.pretrain_common as pc
+    from ptmlab.studies.distillation import DistillationStudyArgs, _general_text
+
+    monkeypatch.setattr(pc, "shared_dir", lambda: tmp_path / "no-shared-data")
+    path = _general_text(DistillationStudyArgs(task="tweets"), tmp_path)
+    text = (tmp_path / "general-text.txt").read_text()
+    assert path == str(tmp_path / "general-text.txt") and text.count("\n\n") > 1000
+    assert _general_text(DistillationStudyArgs(task="tweets", general_text="my.txt"), tmp_path) == "my.txt"
