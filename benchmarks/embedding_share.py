@@ -18,7 +18,6 @@ from __future__ import annotations
 from _env import ROOT  # first: offline defaults before anything imports transformers
 # isort: on
 
-import json
 import os
 import statistics
 import time
@@ -33,6 +32,7 @@ def main() -> None:
                                     str(ROOT / "benchmarks" / "results" / "embedding_share.json"))
     import torch
 
+    from ptmlab.core.io import atomic_write_json
     from ptmlab.models.zoo import load_model
     from ptmlab.train.evaluate import autocast_ctx
     from ptmlab.train.host_memory import reuse_host_memory
@@ -86,10 +86,7 @@ def main() -> None:
     print(f"{'batch x tokens':>15} {'full ms':>9} {'frozen ms':>10} {'embedding share':>16}")
     for row in rows:
         print(f"{row['shape']:>15} {row['full_ms']:>9.1f} {row['frozen_ms']:>10.1f} {row['embedding_share']:>15.1%}")
-    os.makedirs(os.path.dirname(a.output), exist_ok=True)
-    with open(a.output + ".tmp", "w") as f:
-        json.dump(result, f, indent=2)
-    os.replace(a.output + ".tmp", a.output)
+    atomic_write_json(a.output, result)
     print(f"written: {a.output}")
 
 

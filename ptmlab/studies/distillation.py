@@ -115,21 +115,15 @@ def _teacher(a: DistillationStudyArgs, out: Path) -> str:
 
 
 def _general_text(a: DistillationStudyArgs, out: Path) -> str:
-    """--general-text, else WikiText-2 from the shared data, else the task's training text (written once)."""
-    from ptmlab.core.io import atomic_write_text
-    from ptmlab.data.loaders import load_task
-    from ptmlab.studies.pretrain_common import shared_dir
+    """--general-text, else WikiText-2 from the shared data, else the task's training text."""
+    from ptmlab.studies.pretrain_common import shared_dir, task_text_file
 
     if a.general_text:
         return a.general_text
     wiki = shared_dir() / "text" / "wikitext-2"
     if wiki.is_dir():
         return str(wiki)
-    path = out / "general-text.txt"
-    if not path.is_file():
-        text = load_task(a.task, a.glue_dir).splits["train"].text
-        atomic_write_text(path, "\n\n".join(" ".join(t.split()) for t in text) + "\n")
-    return str(path)
+    return str(task_text_file(out / "general-text.txt", a.task, a.glue_dir))
 
 
 def _distill(a: DistillationStudyArgs, teacher: str, method: str, out: Path, seed: int,

@@ -103,15 +103,19 @@ def study_tasks(a) -> list[str]:
     return list(a.tasks) or default_tasks()[:1 if a.budget == "small" else None]
 
 
-def tweets_text_file(out: Path, limit: int | None = None) -> Path:
-    """The built-in tweets' training text (no labels), one document per tweet, written under ``out``."""
+def task_text_file(path: Path, task: str, glue_dir: str | None = None, limit: int | None = None) -> Path:
+    """A task's training text (no labels), one document per example, written to ``path``."""
     from ptmlab.core.io import atomic_write_text
     from ptmlab.data.loaders import load_task
 
-    text = load_task("tweets").splits["train"].text[:limit]
-    path = out / "tweets-train.txt"
+    text = load_task(task, glue_dir).splits["train"].text[:limit]
     atomic_write_text(path, "\n\n".join(" ".join(t.split()) for t in text) + "\n")
     return path
+
+
+def tweets_text_file(out: Path, limit: int | None = None) -> Path:
+    """The built-in tweets' training text, written under ``out``."""
+    return task_text_file(out / "tweets-train.txt", "tweets", limit=limit)
 
 
 def corpus_files(a, out: Path) -> list[str]:
