@@ -102,3 +102,11 @@ def test_anomaly_reference_benchmark_chooses_on_dev_and_reports_held_out(tmp_pat
     best = max(rows, key=lambda r: r["dev"])
     assert res["chosen"]["variant"] == best["variant"]
     assert res["pairs"]["dev"] > 0 and res["pairs"]["held_out"] > 0
+
+
+def test_clipped_step_benchmark_alternates_three_sides(tmp_path):
+    proc, res = _run_on_tiny("clipped_step.py", tmp_path / "clipped_step.json", "--rounds", "3", "--shapes", "4x16")
+    (row,) = res["rows"]
+    assert row["shape"] == "4x16" and all(row[f"{s}_ms"] > 0 for s in ("torch", "ptmlab", "unclipped"))
+    assert abs(row["speedup"] - row["torch_ms"] / row["ptmlab_ms"]) < 0.01
+    assert res["grad_norm_median"] > 0 and proc.stdout.count("round ") == 3

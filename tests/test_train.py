@@ -7,7 +7,7 @@ from ptmlab.core.rundir import RunDir
 from ptmlab.models.zoo import load_model
 from ptmlab.train.args import FinetuneConfig
 from ptmlab.train.finetune import run_finetune
-from ptmlab.train.optim import SCHEDULES, build_optimizer
+from ptmlab.train.optim import SCHEDULES, build_optimizer, clipped_step
 from ptmlab.train.strategies import make_strategy, trainable_parameters
 from tests.synthetic import write_task
 
@@ -91,6 +91,37 @@ def test_layerwise_learning_rates():
     assert lrs == {"head": 1.0, "layer.1": 1.0, "layer.0": 0.5, "embeddings": 0.25}
     no_decay = [g for g in opt.param_groups if g["weight_decay"] == 0]
     assert all(p.dim() == 1 for g in no_decay for p in g["params"])  # biases and LayerNorms
+
+
+@pytest.mark.parametrize("scale", [1e-4, 30.0])  # gradients under the clipping norm, and far over it
+def test_clipped_step_equals_clip_grad_norm_then_step(scale):
+    torch.manual_seed(0)
+    models = [load_model("tiny", num_labels=2) for _ in range(3)]
+    for m in models[1:]:
+        m.load_state_dict(models[0].state_dict())
+    start = [p.detach().clone() for p in models[0].parameters()]
+    opts = [build_optimizer(m, lr=1e-3, weight_decay=0.01) for m in models]
+    opts[2] = torch.optim.AdamW([{"params": g["params"], "weight_decay": g["weight_decay"]}  # not fused: torch clips
+                                 for g in opts[2].param_groups], lr=1e-3)
+    assert opts[0].defaults["fused"] and not opts[2].defaults["fused"]
+    for step in range(4):
+        grads = [torch.randn_like(p) * scale for p in models[0].parameters()]
+        for m in models:
+            for p, g in zip(m.parameters(), grads, strict=True):
+                p.grad = None if p.dim() == 1 and step == 0 else g.clone()  # some tensors without a gradient
+        total = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in models[0].parameters()
+                                                            if p.grad is not None])))
+        assert (total > 1.0) == (scale > 1)
+        torch.nn.utils.clip_grad_norm_([p for p in models[0].parameters() if p.grad is not None], 1.0)
+        opts[0].step()
+        clipped_step(opts[1], 1.0)
+        clipped_step(opts[2], 1.0)
+        assert not hasattr(opts[1], "grad_scale")
+        for m in models[1:]:
+            for p, q in zip(models[0].parameters(), m.parameters(), strict=True):
+                assert torch.allclose(p, q, rtol=0, atol=1e-6)
+    moved = max((p - q).abs().max().item() for p, q in zip(models[0].parameters(), start, strict=True))
+    assert moved > 1e-3  # the steps did something to compare
 
 
 def test_schedules_by_hand():

@@ -30,7 +30,7 @@ from ptmlab.data.encode import Encoded
 from ptmlab.models.loader import model_inputs
 from ptmlab.train.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from ptmlab.train.evaluate import autocast_ctx, resolve_precision
-from ptmlab.train.optim import build_optimizer, build_scheduler
+from ptmlab.train.optim import build_optimizer, build_scheduler, clipped_step
 from ptmlab.train.strategies import Strategy
 
 LossFn = Callable[[nn.Module, dict], torch.Tensor]
@@ -196,18 +196,10 @@ class Trainer:
                 loss_sum += per_ex.detach().float().sum()
                 n_local += len(local)
         self.strategy.apply_frozen(self.model)
-        if self.cfg.max_grad_norm:
-            params = [p for p in self.optimizer_params() if p.grad is not None]
-            if params:
-                torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
-        self.optimizer.step()
+        clipped_step(self.optimizer, self.cfg.max_grad_norm)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss_sum, n_local
-
-    def optimizer_params(self):
-        for g in self.optimizer.param_groups:
-            yield from g["params"]
 
     def _evaluate(self) -> bool:
         """Evaluate, log, keep the best weights; returns True when early stopping says stop."""

@@ -60,6 +60,32 @@ def build_optimizer(model, lr: float, weight_decay: float, llrd: float = 1.0) ->
     return torch.optim.AdamW(groups, lr=lr, fused=True)
 
 
+def clipped_step(optimizer: torch.optim.Optimizer, max_norm: float) -> None:
+    """``optimizer.step()`` with the gradients' total 2-norm clipped to ``max_norm`` (0: no clipping), the update
+    ``clip_grad_norm_`` followed by ``step()`` gives, to float rounding.
+
+    An optimizer that can unscale its gradients inside its own update (the fused AdamW kernels' ``grad_scale``,
+    what AMP's GradScaler uses) gets the clipping factor there: one pass over the gradients (their norm) instead of
+    two (the norm, then a scaling of every gradient), and no host-device synchronisation. The kernel divides by
+    ``max(1, norm / max_norm)`` where clipping multiplies by its inverse. Other optimizers are clipped by torch."""
+    grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+    if not max_norm or not grads:
+        optimizer.step()
+        return
+    if not getattr(optimizer, "_step_supports_amp_scaling", False) or hasattr(optimizer, "grad_scale"):
+        torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]
+                                        if p.grad is not None], max_norm)
+        optimizer.step()
+        return
+    # on a CPU the per-tensor norms are faster than the foreach path (which loops over them anyway)
+    total = torch.nn.utils.get_total_norm(grads, foreach=False if grads[0].device.type == "cpu" else None)
+    optimizer.grad_scale = torch.clamp_min((total.float() + 1e-6) / max_norm, 1.0)  # 1e-6: clip_grad_norm_'s
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.grad_scale
+
+
 @SCHEDULES.register("linear", help="linear warm-up then linear decay to zero")
 def _linear(total: int, warmup: int, cfg):
     def f(step: int) -> float:
