@@ -8,7 +8,8 @@ dense one included); ptmlab's loop computes the norm and hands the factor to the
 it on a CPU (forward, backward, clip, fused AdamW with weight decay, inside ``reuse_host_memory``), three sides
 alternate in one process on the same model, optimizer and batches: ``torch`` (clip_grad_norm_ then step),
 ``ptmlab`` (clipped_step) and ``unclipped`` (step alone: the floor, so ``1 - unclipped / torch`` is clipping's share
-of a step). Median over ``--rounds`` alternating rounds, each the median of ``STEPS`` steps. The gradient norms
+of a step). Median over ``--rounds`` alternating rounds, each the median of ``STEPS`` steps; ``speedup_paired`` is
+the median over rounds of each round's own ratio, steadier on a host whose speed drifts. The gradient norms
 seen are recorded (the fold works the same whether the factor clips or is 1).
 
     python benchmarks/clipped_step.py [--rounds 8] [--precision fp32|bf16] [--shapes 32x8,32x16,32x32]
@@ -82,6 +83,9 @@ def main() -> None:
         rows.append({"shape": k, **{f"{s}_ms": round(med[s], 1) for s in SIDES},
                      **{f"{s}_ms_range": [round(min(v[s]), 1), round(max(v[s]), 1)] for s in SIDES},
                      "speedup": round(med["torch"] / med["ptmlab"], 3),
+                     # each round's two medians were taken minutes apart at most: their ratio cancels slow drift
+                     "speedup_paired": round(statistics.median(t / p for t, p in zip(v["torch"], v["ptmlab"],
+                                                                                     strict=True)), 3),
                      "clipping_share_torch": round(1 - med["unclipped"] / med["torch"], 3),
                      "clipping_share_ptmlab": round(1 - med["unclipped"] / med["ptmlab"], 3)})
     result = {"model": a.model, "precision": a.precision, "rounds": a.rounds, "steps_per_round": STEPS,
@@ -92,10 +96,11 @@ def main() -> None:
               "speedup_is": "median step time with clip_grad_norm_(1.0) then fused AdamW step, over the same with "
                             "ptmlab's clipped_step (norm, then the factor as the fused kernel's grad_scale); "
                             "alternating rounds in one process, same model, optimizer, batches and precision"}
-    print(f"{'batch x tokens':>15} {'torch ms':>9} {'ptmlab ms':>10} {'unclipped ms':>13} {'speed-up':>9}")
+    print(f"{'batch x tokens':>15} {'torch ms':>9} {'ptmlab ms':>10} {'unclipped ms':>13} {'speed-up':>9} "
+          f"{'paired':>7}")
     for row in rows:
         print(f"{row['shape']:>15} {row['torch_ms']:>9.1f} {row['ptmlab_ms']:>10.1f} {row['unclipped_ms']:>13.1f} "
-              f"{row['speedup']:>8.2f}x")
+              f"{row['speedup']:>8.2f}x {row['speedup_paired']:>6.2f}x")
     atomic_write_json(a.output, result)
     print(f"written: {a.output}")
 
