@@ -66,8 +66,9 @@ def clipped_step(optimizer: torch.optim.Optimizer, max_norm: float) -> None:
 
     An optimizer that can unscale its gradients inside its own update (the fused AdamW kernels' ``grad_scale``,
     what AMP's GradScaler uses) gets the clipping factor there: one pass over the gradients (their norm) instead of
-    two (the norm, then a scaling of every gradient), without a host-device synchronisation (as torch's). The kernel divides by
-    ``max(1, norm / max_norm)`` where clipping multiplies by its inverse. Other optimizers are clipped by torch."""
+    two (the norm, then a scaling of every gradient), and, as with torch's clipping, no host-device
+    synchronisation. The kernel divides by ``max(1, norm / max_norm)`` where clipping multiplies by its inverse.
+    Other optimizers are clipped by torch."""
     grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
     if not max_norm or not grads:
         optimizer.step()
