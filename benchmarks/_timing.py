@@ -20,6 +20,27 @@ def alternate_medians(fns: dict, repeats: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def rotating_step_times(step, sides: tuple[str, ...], shapes, rounds: int, steps: int) -> dict:
+    """Per-step timing of several sides on the same batches: in each round, for each (batch, length) shape, a fresh
+    random batch, then every side in turn (the side that leads rotates with the round), one untimed step and the
+    median of ``steps`` timed ones. Returns ``{"BxN": {side: [ms per round]}}`` and prints each round."""
+    times: dict[str, dict[str, list[float]]] = {f"{b}x{n}": {s: [] for s in sides} for b, n in shapes}
+    for r in range(rounds):
+        for b, n in shapes:
+            batch = random_batch(b, n)
+            for side in sides[r % len(sides):] + sides[:r % len(sides)]:
+                step(side, batch)
+                ms = []
+                for _ in range(steps):
+                    t = time.perf_counter()
+                    step(side, batch)
+                    ms.append(1000 * (time.perf_counter() - t))
+                times[f"{b}x{n}"][side].append(statistics.median(ms))
+        print(f"round {r}: " + "  ".join(f"{k} " + " / ".join(f"{s} {v[s][-1]:.0f}" for s in sides) + " ms"
+                                         for k, v in times.items()), flush=True)
+    return times
+
+
 def step_benchmark_args(description: str, default_output: str | None, extra=None):
     """The options of the per-step training benchmarks (``first_token.py``, ``fast_dropout.py``,
     ``host_memory.py``; ``extra(parser)`` adds a script's own): the parsed arguments and ``--shapes`` as (batch,

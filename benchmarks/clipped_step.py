@@ -23,9 +23,8 @@ from _env import ROOT  # first: offline defaults before anything imports transfo
 
 import os
 import statistics
-import time
 
-from _timing import random_batch, step_benchmark_args
+from _timing import rotating_step_times, step_benchmark_args
 
 STEPS = 5  # timed steps per side and shape in each round, after one untimed one
 SIDES = ("torch", "ptmlab", "unclipped")
@@ -62,21 +61,8 @@ def main() -> None:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    times: dict[str, dict[str, list[float]]] = {f"{b}x{n}": {s: [] for s in SIDES} for b, n in shapes}
     with reuse_host_memory() as applied:
-        for r in range(a.rounds):
-            for b, n in shapes:
-                batch = random_batch(b, n)
-                for side in SIDES[r % len(SIDES):] + SIDES[:r % len(SIDES)]:  # each side leads in turn
-                    step(side, batch)
-                    ms = []
-                    for _ in range(STEPS):
-                        t0 = time.perf_counter()
-                        step(side, batch)
-                        ms.append(1000 * (time.perf_counter() - t0))
-                    times[f"{b}x{n}"][side].append(statistics.median(ms))
-            print(f"round {r}: " + "  ".join(f"{k} " + " / ".join(f"{s} {v[s][-1]:.0f}" for s in SIDES) + " ms"
-                                             for k, v in times.items()), flush=True)
+        times = rotating_step_times(step, SIDES, shapes, a.rounds, STEPS)
     rows = []
     for k, v in times.items():
         med = {s: statistics.median(v[s]) for s in SIDES}
