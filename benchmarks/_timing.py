@@ -43,8 +43,8 @@ def rotating_step_times(step, sides: tuple[str, ...], shapes, rounds: int, steps
 
 def step_benchmark_args(description: str, default_output: str | None, extra=None):
     """The options of the per-step training benchmarks (``first_token.py``, ``fast_dropout.py``,
-    ``host_memory.py``, ``embedding_share.py``, ``clipped_step.py``; ``extra(parser)`` adds a script's own): the parsed arguments and ``--shapes`` as (batch,
-    length) pairs."""
+    ``host_memory.py``, ``embedding_share.py``, ``clipped_step.py``; ``extra(parser)`` adds a script's own): the
+    parsed arguments and ``--shapes`` as (batch, length) pairs."""
     import argparse
 
     p = argparse.ArgumentParser(description=description)
