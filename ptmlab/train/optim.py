@@ -69,15 +69,15 @@ def clipped_step(optimizer: torch.optim.Optimizer, max_norm: float) -> None:
     two (the norm, then a scaling of every gradient), and, as with torch's clipping, no host-device
     synchronisation. The kernel divides by ``max(1, norm / max_norm)`` where clipping multiplies by its inverse.
     Other optimizers are clipped by torch."""
-    grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-    if not max_norm or not grads:
+    params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+    if not max_norm or not params:
         optimizer.step()
         return
     if not getattr(optimizer, "_step_supports_amp_scaling", False) or hasattr(optimizer, "grad_scale"):
-        torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]
-                                        if p.grad is not None], max_norm)
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
         optimizer.step()
         return
+    grads = [p.grad for p in params]
     # on a CPU the per-tensor norms are faster than the foreach path (which loops over them anyway)
     total = torch.nn.utils.get_total_norm(grads, foreach=False if grads[0].device.type == "cpu" else None)
     optimizer.grad_scale = torch.clamp_min((total.float() + 1e-6) / max_norm, 1.0)  # 1e-6: clip_grad_norm_'s
