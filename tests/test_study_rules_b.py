@@ -102,6 +102,9 @@ def test_data_quality_decide():
     assert decide([0.20, -0.10, 0.05], [0.01, 0.02, 0.01]).outcome == I  # seeds disagree on the loss
     assert decide([0.20, 0.25, 0.22], [-0.05, -0.06, -0.055]).outcome == I  # the two measures disagree
     assert decide([0.30], [0.05]).outcome == I  # one seed
+    same = decide([0.08, 0.07, 0.09], [0.0, 0.0, 0.0])  # every fine-tuned model equal: said, outcome unchanged
+    assert same.outcome == S and "verdict rests on the held-out loss" in same.reason
+    assert "rests on" not in decide([0.20, 0.25, 0.22], [0.02, -0.01, 0.00]).reason
 
 
 # ------------------------------------------------------------------------------------------------ long inputs

@@ -66,6 +66,20 @@ def bar_plot(names: list[str], values: list[float], ylabel: str, title: str = ""
     return fig
 
 
+def seed_lines(names: list[str], series: dict[str, list[float]], ylabel: str, title: str = ""):
+    """One line per seed (``series``: label -> one value per name) across the variants ``names``, on an axis fitted to
+    the values: paired differences between variants stay visible where bars from zero would hide them."""
+    fig, ax = new_figure(max(4.0, 1.2 * len(names) + 2), 3.6)
+    for label, values in series.items():
+        ax.plot(range(len(names)), values, marker="o", label=label)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_xlim(-0.5, len(names) - 0.5)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return fig
+
+
 def per_class_plot(scores: list[dict], title: str = "per-class scores"):
     """Grouped bars of precision, recall and F1 per class."""
     fig, ax = new_figure(max(4.5, 1.4 * len(scores) + 2), 3.6)

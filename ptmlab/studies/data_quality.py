@@ -94,6 +94,10 @@ def decide(loss_diffs: list[float], task_diffs: list[float], what: str = "the la
     loss = mean_interval(loss_diffs, f"held-out loss, {what} minus clean")
     task = mean_interval(task_diffs, f"fine-tuned metric, clean minus {what}")
     said = f"{loss.metric} {loss.text()}; {task.metric} {task.text()}"
+    if task_diffs and all(d == 0 for d in task_diffs):
+        # reported, not decided on: a downstream that cannot tell the models apart neither supports nor contradicts
+        said += (" (every variant's fine-tuned metric is the same within each seed: downstream does not separate "
+                 "the corpora at this budget, so the verdict rests on the held-out loss)")
     if loss.low > 0 and not task.high < 0:
         return Verdict(SUPPORTED, f"clean text has the lower held-out loss, and downstream does not contradict it: "
                                   f"{said}", loss)
@@ -161,7 +165,7 @@ def pretrain(a: DataQualityArgs, files: str, valid: str, seed: int, out_dir: Pat
 
 @STUDIES.register("data-quality", help="Q4: a cleaner pre-training corpus vs a larger raw one (eval loss, fine-tuning)")
 def run(argv: list[str]) -> int:
-    from ptmlab.report.plots import bar_plot
+    from ptmlab.report.plots import seed_lines
 
     a = parse_study_args("data-quality", DataQualityArgs, argv, __doc__, small=SMALL, full=FULL)
     out = Path(a.output)
@@ -201,9 +205,14 @@ def run(argv: list[str]) -> int:
         f"{c['noise_removed']:.0%} of noise documents and kept {c['clean_kept']:.0%} of clean ones "
         f"({corpora['raw_docs']} -> {corpora['clean_docs']} documents); {len(seeds)} seeds."),
         decided["raw_full"].estimate)
-    fig = bar_plot([f"{r['variant']} s{r['seed']}" for r in rows], [r["eval_loss"] for r in rows],
-                   "held-out loss (clean text)", "pre-training corpus vs held-out loss")
-    write_study(out, "Study: data quality (Q4)", rows, verdict, [(fig, "data_quality", "held-out loss per run")],
+    figs = [(seed_lines(list(VARIANTS), {f"seed {s}": [by[(v, s)][key] for v in VARIANTS] for s in seeds}, label,
+                        title), name, caption)
+            for key, label, title, name, caption in (
+                ("eval_loss", "held-out loss (clean text)", "pre-training corpus vs held-out loss", "data_quality",
+                 "held-out loss per corpus, one line per seed"),
+                ("task_metric", f"{a.task} dev {rows[0]['metric']}", "pre-training corpus vs fine-tuned model",
+                 "data_quality_task", "fine-tuned metric per corpus, one line per seed"))]
+    write_study(out, "Study: data quality (Q4)", rows, verdict, figs,
                 extra={"verdicts": verdicts, "cleaning": c, "corpora": {k: corpora[k] for k in
                                                                          ("raw_docs", "clean_docs")}},
                 claim=CLAIM, budget=a.budget, seeds=seeds)
