@@ -262,3 +262,14 @@ def test_the_readme_quotes_the_committed_results():
         e = entries[name]
         assert e.budget == "full" and len(e.seeds) >= 3, f"{name}: budget {e.budget!r}, seeds {e.seeds}"
     assert (ROOT / "README.md").read_text() == before
+
+
+def test_budget_column_marks_runs_with_their_own_options():
+    from ptmlab.studies.dashboard import _own_options
+
+    assert _own_options({"command": "ptmlab study ghost --budget full --output /tmp/g"}) == ""
+    assert _own_options({"command": "ptmlab study multitask --budget full --glue-dir ../d --seeds 0,1"}) == ""
+    assert _own_options({"command": "ptmlab study scaling --sizes 2x64,4x128 --seeds=3,4 --output D"}) \
+        == " + own options"
+    assert _own_options({"command": "ptmlab study x --eval-blocks=256"}) == " + own options"
+    assert _own_options({}) == ""
