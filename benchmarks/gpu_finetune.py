@@ -23,7 +23,6 @@ from _env import ROOT  # first: offline defaults before anything imports transfo
 
 import argparse
 import dataclasses
-import json
 import sys
 import tempfile
 from functools import partial
@@ -57,6 +56,7 @@ def main() -> None:
         sys.exit(f"SST-2 not found under {args.glue_dir}: pass --glue-dir")
     import torch
 
+    from ptmlab.core.io import atomic_write_json
     from ptmlab.train.evaluate import resolve_precision
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -89,21 +89,20 @@ def main() -> None:
             n = non_embedding_params(args.model)
             tflops = 6 * n * rec["tokens"] / rec["train_seconds"] / 1e12
             result["flop_rate"] = {"batch": args.mfu_batch, "non_embedding_params": n, "tokens": rec["tokens"],
-                                   "train_seconds": rec["train_seconds"], "tflops": round(tflops, 2),
-                                   "fraction_of_peak": round(tflops / args.peak_tflops, 4),
+                                   "train_seconds": rec["train_seconds"], "tflops": float(f"{tflops:.4g}"),
+                                   "fraction_of_peak": float(f"{tflops / args.peak_tflops:.4g}"),
                                    "accounting": "6 * N_non_embedding * non-padding tokens / training seconds",
                                    "dev_accuracy": rec["accuracy"]}
     result["load_average_end"] = load_average()
     result["targets"] = {"speedup_vs_best_trainer": 2.0, "fraction_of_peak": 0.30}
     out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_json(out, result)
     print_summary(result["sides"])
     print(f"{result['best_ptmlab']} / {result['best_trainer']}: {result['speedup_vs_best_trainer']:.2f}x "
           f"(target >= 2x); accuracy delta {result['accuracy_delta_points']:+.2f} points")
     if "flop_rate" in result:
         fr = result["flop_rate"]
-        print(f"batch {fr['batch']}: {fr['tflops']:.1f} TFLOP/s = {fr['fraction_of_peak']:.1%} of "
+        print(f"batch {fr['batch']}: {fr['tflops']:.3g} TFLOP/s = {fr['fraction_of_peak']:.3%} of "
               f"{args.peak_tflops:g} (target >= 30%)")
     print(f"written: {out}")
 

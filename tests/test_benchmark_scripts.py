@@ -113,3 +113,20 @@ def test_clipped_step_benchmark_alternates_three_sides(tmp_path):
     lo, hi = (t_lo - 0.05) / (p_hi + 0.05), (t_hi + 0.05) / (p_lo - 0.05)  # the ms are rounded to 0.1
     assert lo - 0.001 <= row["speedup_paired"] <= hi + 0.001  # a ratio of two rounds' medians lies in the ranges
     assert res["grad_norm_median"] > 0 and proc.stdout.count("round ") == 3
+
+
+@needs_glue
+def test_gpu_finetune_benchmark_still_runs_on_a_cpu(tmp_path):
+    """The GPU benchmark on the CPU (issue 18: "CPU runs of it must still work"): every side trains the same rows and
+    is scored on the full dev set; the ratio and the FLOP rate are computed from what the sides recorded."""
+    _, res = _run_on_tiny("gpu_finetune.py", tmp_path / "gpu_finetune.json", "--glue-dir", str(GLUE),
+                          "--max-train", "64", "--repeats", "1", "--no-compile", "--mfu-batch", "64")
+    sides = res["sides"]
+    assert set(sides) == {"ptmlab", "trainer_random", "trainer_grouped", "bare_loop"} and res["device"] == "cpu"
+    assert all(s["runs"][0]["examples"] == 64 and 0 <= s["accuracy_median"] <= 1 for s in sides.values())
+    best = res["best_trainer"]
+    assert res["speedup_vs_best_trainer"] == pytest.approx(
+        sides["ptmlab"]["examples_per_second_median"] / sides[best]["examples_per_second_median"], rel=0.01)
+    fr = res["flop_rate"]
+    assert fr["tflops"] > 0 and fr["tflops"] == pytest.approx(
+        6 * fr["non_embedding_params"] * fr["tokens"] / fr["train_seconds"] / 1e12, rel=0.01)
