@@ -174,3 +174,18 @@ def test_a_randomly_initialised_mpnet_keeps_its_own_attention_through_fast_dropo
     handle = fast_dropout(model)
     handle.remove()
     assert model.config._attn_implementation == before
+
+
+def test_a_training_step_prints_no_testing_hook_warning():
+    """torch's math kernel warns (straight to the C++ log) when handed a mask; a user's run must not show it."""
+    import subprocess
+    import sys
+
+    code = ("import torch\n"
+            "from ptmlab.train.fast_dropout import _math_attention\n"
+            "q = torch.randn(2, 2, 4, 8, requires_grad=True)\n"
+            "_math_attention(q, q, q, None, None, None, 0.1).sum().backward()\n"
+            "print('ran')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "ran" in done.stdout, done.stderr
+    assert "Dropout mask should only be used" not in done.stderr, done.stderr

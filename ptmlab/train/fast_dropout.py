@@ -29,7 +29,9 @@ import torch.nn.functional as F
 from torch import nn
 
 # PyTorch's math attention kernel warns when handed a dropout mask (a testing hook upstream); here the mask is the
-# point, drawn as documented above
+# point, drawn as documented above. Where torch routes the warning through Python, this filter drops it; where it
+# writes it straight to the C++ log (a training run's first step, from torch.ops), _silence_mask_warning spends
+# the warning's once-per-process firing at import with stderr briefly pointed at /dev/null.
 warnings.filterwarnings("ignore", message="Dropout mask should only be used for testing purposes")
 
 ATTN_NAME = "ptmlab_sdpa"
@@ -118,6 +120,26 @@ def _attention(module, query, key, value, attention_mask, dropout: float = 0.0, 
     return _math_attention(query, key, value, attention_mask, scaling, position_bias, dropout), None
 
 
+def _silence_mask_warning() -> None:
+    """Call the math kernel once with a mask while file descriptor 2 points at /dev/null (TORCH_WARN_ONCE)."""
+    import os
+
+    math = _math_kernel()
+    if math is None:
+        return
+    q = torch.zeros(1, 1, 1, 1)
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            math(q, q, q, None, 0.5, False, torch.ones(1, 1, 1, 1, dtype=torch.bool))
+    except (RuntimeError, TypeError):  # another signature: _math_attention falls back to the written-out form
+        pass
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _register() -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
@@ -127,6 +149,7 @@ def _register() -> None:
 
 
 _register()
+_silence_mask_warning()
 
 
 class FastDropoutHandle:
