@@ -2,7 +2,9 @@
 
 Three measurements in one process, at one precision (``--precision``, default fp32; bf16 where the CPU is fast in
 it):
-1. the machine's matmul rate: the median over repeats of square matmuls of size 1024..4096 (GFLOP/s = 2 n^3 / s);
+1. the machine's matmul rate: the median over repeats of square matmuls of size 1024..4096 (GFLOP/s = 2 n^3 / s),
+   timed in the same rotation as the inference passes (each round: every matmul size, then every inference path),
+   so that a slow stretch of a shared host lowers numerator and denominator alike;
 2. inference: minilm (or ``--model``) forward passes at batch 32 on SST-2 dev sentences padded to ``--length``,
    FLOPs counted as 2 * N_non_embedding * tokens + the attention products (4 * layers * tokens * length * hidden);
 3. one training step (forward, backward, fused AdamW) at batch 32: 6 * N_non_embedding * tokens + 3x the attention
@@ -28,7 +30,6 @@ from _env import ROOT  # first: offline defaults before anything imports transfo
 # isort: on
 
 import argparse
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -46,15 +47,24 @@ CATEGORIES = (  # (category, substrings of profiler op names), first match wins
 )
 
 
-def matmul_rate(n: int, dtype, repeats: int) -> float:
+SIZES = (1024, 2048, 4096)
+
+
+def sig(x: float) -> float:
+    """Four significant digits (a tiny model's rate is a small fraction of the machine's: not rounded to 0)."""
+    return float(f"{x:.4g}")
+
+
+def matmul_side(n: int, dtype):
+    """A callable doing one square n x n matmul in torch (2 n^3 FLOPs)."""
     import torch
 
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    return 2 * n ** 3 / alternate_medians({"mm": lambda: torch.mm(a, b)}, repeats)["mm"] / 1e9
+    return lambda: torch.mm(a, b)
 
 
-def ort_matmul_rate(n: int, repeats: int, threads: int) -> float:
-    """The square matmul rate through onnxruntime's CPU provider (a graph of one fp32 MatMul node)."""
+def ort_matmul_side(n: int, threads: int):
+    """A callable doing one square n x n fp32 matmul through onnxruntime's CPU provider (a graph of one MatMul)."""
     import numpy as np
     import onnxruntime as ort
     from onnx import TensorProto, helper
@@ -65,9 +75,10 @@ def ort_matmul_rate(n: int, repeats: int, threads: int) -> float:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as OrtModel: no spinning into torch
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     feed = {k: np.random.default_rng(0).standard_normal((n, n), dtype=np.float32) for k in "ab"}
-    return 2 * n ** 3 / alternate_medians({"mm": lambda: sess.run(None, feed)}, repeats)["mm"] / 1e9
+    return lambda: sess.run(None, feed)
 
 
 def main() -> None:
@@ -93,6 +104,7 @@ def measure(args, host_memory: bool) -> None:
     import torch
     import torch.nn.functional as F
 
+    from ptmlab.core.io import atomic_write_json
     from ptmlab.data.loaders import load_task
     from ptmlab.models.structure import structure_of
     from ptmlab.models.zoo import load_model, load_tokenizer
@@ -103,10 +115,6 @@ def measure(args, host_memory: bool) -> None:
 
     threads = torch.get_num_threads()
     onnx_side = args.precision == "fp32"
-    peak = {n: round(matmul_rate(n, dtype, args.repeats), 1) for n in (1024, 2048, 4096)}
-    ort_peak = {n: round(ort_matmul_rate(n, args.repeats, threads), 1) for n in (1024, 2048, 4096)} \
-        if onnx_side else {}
-    machine = max([*peak.values(), *ort_peak.values()])
 
     model = load_model(args.model, num_labels=2)
     tok = load_tokenizer(args.model)
@@ -121,7 +129,16 @@ def measure(args, host_memory: bool) -> None:
     infer_flops = 2 * n_params * tokens + attn
 
     model.eval()
-    sides = {"pytorch": lambda: model(**batch)}
+    sides = {f"mm{n}": matmul_side(n, dtype) for n in SIZES}
+    if onnx_side:
+        sides |= {f"ort_mm{n}": ort_matmul_side(n, threads) for n in SIZES}
+    sides["pytorch"] = lambda: model(**batch)  # under torch.no_grad, as predict_logits
+
+    def inference_mode_pass():
+        with torch.inference_mode():
+            return model(**batch)
+
+    sides["pytorch_inference_mode"] = inference_mode_pass
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad(), autocast:
         if onnx_side:
             from ptmlab.compress.quantize import OrtModel, export_onnx
@@ -129,7 +146,11 @@ def measure(args, host_memory: bool) -> None:
             ort_model = OrtModel(export_onnx(model, Path(tmp) / "model.onnx"), cfg, threads=threads)
             sides["onnxruntime"] = lambda: ort_model(**batch)
         infer = alternate_medians(sides, args.repeats)
+    peak = {n: round(2 * n ** 3 / infer[f"mm{n}"] / 1e9, 1) for n in SIZES}
+    ort_peak = {n: round(2 * n ** 3 / infer[f"ort_mm{n}"] / 1e9, 1) for n in SIZES} if onnx_side else {}
+    machine = max([*peak.values(), *ort_peak.values()])
     infer_s = infer["pytorch"]
+    im_rate = infer_flops / infer["pytorch_inference_mode"] / 1e9
     infer_rate = infer_flops / infer_s / 1e9
     ort_rate = infer_flops / infer["onnxruntime"] / 1e9 if onnx_side else None
 
@@ -169,25 +190,29 @@ def measure(args, host_memory: bool) -> None:
     result = {"model": args.model, "precision": args.precision, "threads": torch.get_num_threads(),
               "load_average": list(os.getloadavg()),
               "reuse_host_memory": host_memory, "batch": args.batch_size, "length": args.length,
-              "non_embedding_params": n_params, "matmul_gflops": peak, "matmul_gflops_onnxruntime": ort_peak,
+              "non_embedding_params": n_params, "matmul_timed_in_the_inference_rotation": True,
+              "matmul_gflops": peak, "matmul_gflops_onnxruntime": ort_peak,
               "machine_gflops": machine,
-              "inference": {"seconds": round(infer_s, 4), "gflops": round(infer_rate, 1),
-                            "fraction_of_matmul_rate": round(infer_rate / machine, 3)},
+              "inference": {"seconds": sig(infer_s), "gflops": sig(infer_rate),
+                            "fraction_of_matmul_rate": sig(infer_rate / machine)},
+              "inference_pytorch_inference_mode": {
+                  "seconds": sig(infer["pytorch_inference_mode"]), "gflops": sig(im_rate),
+                  "fraction_of_matmul_rate": sig(im_rate / machine)},
               "inference_onnx": None if ort_rate is None else {
-                  "seconds": round(infer["onnxruntime"], 4), "gflops": round(ort_rate, 1),
-                  "fraction_of_matmul_rate": round(ort_rate / machine, 3),
-                  "speedup_vs_pytorch": round(infer_s / infer["onnxruntime"], 3),
+                  "seconds": sig(infer["onnxruntime"]), "gflops": sig(ort_rate),
+                  "fraction_of_matmul_rate": sig(ort_rate / machine),
+                  "speedup_vs_pytorch": sig(infer_s / infer["onnxruntime"]),
                   "path": "ptmlab's ONNX fp32 export (export_onnx, as `ptmlab export --format onnx`) in onnxruntime"},
-              "training_step": {"seconds": round(train_s, 4), "gflops": round(train_rate, 1),
-                                "fraction_of_matmul_rate": round(train_rate / machine, 3),
+              "training_step": {"seconds": sig(train_s), "gflops": sig(train_rate),
+                                "fraction_of_matmul_rate": sig(train_rate / machine),
                                 "time_breakdown_aten_self_cpu": breakdown},
               "targets": {"inference_fraction": 0.8}}
     out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_json(out, result)
     print(f"matmul rate ({args.precision}): torch {peak}, onnxruntime {ort_peak} GFLOP/s -> machine {machine:.1f}")
     print(f"inference b{args.batch_size} x {args.length}: PyTorch {infer_rate:.1f} GFLOP/s = "
-          f"{infer_rate / machine:.0%} of the matmul rate (target 80%)")
+          f"{infer_rate / machine:.0%} of the matmul rate (target 80%); under inference_mode {im_rate:.1f} = "
+          f"{im_rate / machine:.0%}")
     if ort_rate is not None:
         print(f"inference through the ONNX export (onnxruntime): {ort_rate:.1f} GFLOP/s = {ort_rate / machine:.0%} "
               f"({infer_s / infer['onnxruntime']:.2f}x PyTorch)")
