@@ -128,7 +128,10 @@ def _silence_mask_warning() -> None:
     if math is None:
         return
     q = torch.zeros(1, 1, 1, 1)
-    saved = os.dup(2)
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to mute (a daemon with fd 2 closed): nothing would print either
+        return
     try:
         with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 2)
