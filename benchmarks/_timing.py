@@ -6,14 +6,23 @@ from __future__ import annotations
 import statistics
 import time
 
+SETTLE_S = 0.05  # onnxruntime's spinning workers parked after this (measured: 5 ms is not enough, 50 ms is)
 
-def alternate_medians(fns: dict, repeats: int) -> dict[str, float]:
-    """Each callable warmed up once, then called ``repeats`` times in rotation; the median seconds of each."""
+
+def alternate_medians(fns: dict, repeats: int, warm_each: bool = False) -> dict[str, float]:
+    """Each callable warmed up once, then called ``repeats`` times in rotation; the median seconds of each.
+    ``warm_each``: before every timed call, a 50 ms pause and an untimed call of the same side, so that each side is
+    timed in its own steady state and not in what the previous side left behind (onnxruntime's workers spin-wait
+    after a call and halve a torch matmul started within that time; a short warm call alone does not outlast them;
+    BENCHMARKS.md, "CPU FLOP rates")."""
     for f in fns.values():
         f()
     times = {k: [] for k in fns}
     for _ in range(repeats):
         for k, f in fns.items():
+            if warm_each:
+                time.sleep(SETTLE_S)
+                f()
             t = time.perf_counter()
             f()
             times[k].append(time.perf_counter() - t)

@@ -4,7 +4,9 @@ Three measurements in one process, at one precision (``--precision``, default fp
 it):
 1. the machine's matmul rate: the median over repeats of square matmuls of size 1024..4096 (GFLOP/s = 2 n^3 / s),
    timed in the same rotation as the inference passes (each round: every matmul size, then every inference path),
-   so that a slow stretch of a shared host lowers numerator and denominator alike;
+   so that a slow stretch of a shared host lowers numerator and denominator alike; every timed call follows an
+   untimed one of the same side (onnxruntime's idle workers spin after a call and would slow a torch call timed
+   right after it);
 2. inference: minilm (or ``--model``) forward passes at batch 32 on SST-2 dev sentences padded to ``--length``,
    FLOPs counted as 2 * N_non_embedding * tokens + the attention products (4 * layers * tokens * length * hidden);
 3. one training step (forward, backward, fused AdamW) at batch 32: 6 * N_non_embedding * tokens + 3x the attention
@@ -75,7 +77,6 @@ def ort_matmul_side(n: int, threads: int):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as OrtModel: no spinning into torch
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     feed = {k: np.random.default_rng(0).standard_normal((n, n), dtype=np.float32) for k in "ab"}
     return lambda: sess.run(None, feed)
@@ -145,7 +146,7 @@ def measure(args, host_memory: bool) -> None:
 
             ort_model = OrtModel(export_onnx(model, Path(tmp) / "model.onnx"), cfg, threads=threads)
             sides["onnxruntime"] = lambda: ort_model(**batch)
-        infer = alternate_medians(sides, args.repeats)
+        infer = alternate_medians(sides, args.repeats, warm_each=True)  # onnxruntime's spinning: _timing.py
     peak = {n: round(2 * n ** 3 / infer[f"mm{n}"] / 1e9, 1) for n in SIZES}
     ort_peak = {n: round(2 * n ** 3 / infer[f"ort_mm{n}"] / 1e9, 1) for n in SIZES} if onnx_side else {}
     machine = max([*peak.values(), *ort_peak.values()])

@@ -130,3 +130,21 @@ def test_gpu_finetune_benchmark_still_runs_on_a_cpu(tmp_path):
     fr = res["flop_rate"]
     assert fr["tflops"] > 0 and fr["tflops"] == pytest.approx(
         6 * fr["non_embedding_params"] * fr["tokens"] / fr["train_seconds"] / 1e12, rel=0.01)
+
+
+def test_alternate_medians_times_every_side_after_a_call_of_its_own():
+    """warm_each: each timed call follows an untimed call of the same side, so a side is never timed in what the
+    previous one left behind (onnxruntime's spinning workers); the rotation itself is kept."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_timing", ROOT / "benchmarks" / "_timing.py")
+    timing = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(timing)
+    calls: list[str] = []
+    sides = {k: (lambda k=k: calls.append(k)) for k in "ab"}
+    res = timing.alternate_medians(sides, 3, warm_each=True)
+    assert set(res) == {"a", "b"} and all(v >= 0 for v in res.values())
+    assert calls == ["a", "b"] + ["a", "a", "b", "b"] * 3
+    calls.clear()
+    timing.alternate_medians(sides, 2)
+    assert calls == ["a", "b"] + ["a", "b"] * 2

@@ -141,16 +141,3 @@ def test_bad_compression_inputs_exit_2(tmp_path, capsys):
     assert_clean_error(run_cli("quantize", str(onnx_dir), *data, "--output", str(tmp_path / "q2")),
                        "already quantized")
 
-
-def test_onnxruntime_workers_do_not_spin_into_the_next_torch_op(tmp_path):
-    """Idle onnxruntime workers spin by default and slow the next torch matmul of the same process (BENCHMARKS.md,
-    'CPU FLOP rates', session 16); OrtModel turns that off and still computes the same logits as the model."""
-    model = load_model("tiny", num_labels=2).eval()
-    ort_model = OrtModel(export_onnx(model, tmp_path / "m.onnx"), model.config)
-    opts = ort_model.session.get_session_options()
-    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
-    ids = torch.randint(5, 100, (3, 7))
-    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    with torch.no_grad():
-        want = model(**model_inputs(model, batch)).logits
-    assert torch.allclose(ort_model(**batch).logits, want, atol=1e-4)

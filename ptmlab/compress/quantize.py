@@ -159,9 +159,6 @@ class OrtModel(nn.Module):
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads or torch.get_num_threads()
         opts.inter_op_num_threads = 1
-        # onnxruntime's idle workers spin by default; in a process that also runs PyTorch (latency tables that
-        # alternate the two, a server's own threads) the spinning halves the next torch matmul (BENCHMARKS.md)
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.config = config
