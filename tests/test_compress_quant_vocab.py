@@ -140,4 +140,3 @@ def test_bad_compression_inputs_exit_2(tmp_path, capsys):
     (onnx_dir / "model.onnx").write_bytes(b"x")
     assert_clean_error(run_cli("quantize", str(onnx_dir), *data, "--output", str(tmp_path / "q2")),
                        "already quantized")
-
