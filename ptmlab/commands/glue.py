@@ -73,11 +73,11 @@ def run(args: argparse.Namespace) -> int:
         scores[task] = glue_score(summ["metrics"])
         rows.append({"task": task, **{k: round(v, 4) for k, v in summ["metrics"].items()},
                      "score": round(100 * scores[task], 2), "train_examples": summ["train_examples"],
-                     "train_s": round(float(summ.get("train_seconds", 0.0)), 1)})
+                     "train_s": round(float(summ.get("train_seconds", 0.0)), 3)})
         write_submission(out / task, out / "submission", task)
     average = 100 * sum(scores.values()) / len(scores)
     rows.append({"task": "GLUE average", "score": round(average, 2),
-                 "train_s": round(sum(r["train_s"] for r in rows), 1)})
+                 "train_s": round(sum(r["train_s"] for r in rows), 3)})
     columns = ["task", "accuracy", "f1", "mcc", "pearson", "spearman", "score", "train_examples", "train_s"]
     print()
     print_table(rows, columns)
