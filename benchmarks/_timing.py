@@ -9,6 +9,12 @@ import time
 SETTLE_S = 0.05  # onnxruntime's spinning workers parked after this (measured: 5 ms is not enough, 50 ms is)
 
 
+def sig(x: float) -> float:
+    """Four significant digits for a reported rate (a tiny model's rate is a small fraction of the machine's: not
+    rounded to 0)."""
+    return float(f"{x:.4g}")
+
+
 def alternate_medians(fns: dict, repeats: int, warm_each: bool = False) -> dict[str, float]:
     """Each callable warmed up once, then called ``repeats`` times in rotation; the median seconds of each.
     ``warm_each``: before every timed call, a 50 ms pause and an untimed call of the same side, so that each side is

@@ -36,7 +36,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from _timing import alternate_medians
+from _timing import alternate_medians, sig
 
 CATEGORIES = (  # (category, substrings of profiler op names), first match wins
     ("optimizer", ("adam", "optimizer")),
@@ -50,11 +50,6 @@ CATEGORIES = (  # (category, substrings of profiler op names), first match wins
 
 
 SIZES = (1024, 2048, 4096)
-
-
-def sig(x: float) -> float:
-    """Four significant digits (a tiny model's rate is a small fraction of the machine's: not rounded to 0)."""
-    return float(f"{x:.4g}")
 
 
 def matmul_side(n: int, dtype):

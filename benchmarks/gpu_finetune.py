@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 
 from _finetune_job import Job, alternate, load_average, print_summary, run_bare, run_ptmlab, run_trainer, summarise
+from _timing import sig
 
 
 def non_embedding_params(model_name: str) -> int:
@@ -89,8 +90,8 @@ def main() -> None:
             n = non_embedding_params(args.model)
             tflops = 6 * n * rec["tokens"] / rec["train_seconds"] / 1e12
             result["flop_rate"] = {"batch": args.mfu_batch, "non_embedding_params": n, "tokens": rec["tokens"],
-                                   "train_seconds": rec["train_seconds"], "tflops": float(f"{tflops:.4g}"),
-                                   "fraction_of_peak": float(f"{tflops / args.peak_tflops:.4g}"),
+                                   "train_seconds": rec["train_seconds"], "tflops": sig(tflops),
+                                   "fraction_of_peak": sig(tflops / args.peak_tflops),
                                    "accounting": "6 * N_non_embedding * non-padding tokens / training seconds",
                                    "dev_accuracy": rec["accuracy"]}
     result["load_average_end"] = load_average()
