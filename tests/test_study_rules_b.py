@@ -53,6 +53,24 @@ def test_compare_rivals_pairs_by_seed_not_by_spread():
     assert v.outcome == S and v.estimate.value == pytest.approx(0.01)
 
 
+def test_compare_rivals_calls_a_tie_on_every_seed_inconclusive_even_against_a_margin():
+    from ptmlab.studies.pretrain_common import compare_rivals
+    from ptmlab.studies.span_corruption import decide as span_decide
+    from ptmlab.studies.tokenizers_downstream import decide as tok_decide
+
+    # every fine-tuned model predicts the majority class: the same dev score for every variant on each seed
+    tie = {"x": [0.5092, 0.5092, 0.4908], "y": [0.5092, 0.5092, 0.4908], "z": [0.5092, 0.5092, 0.4908]}
+    for threshold in (0.0, -0.01):  # a non-inferiority margin would otherwise call the tie "supported"
+        v = compare_rivals(tie, "x", threshold)
+        assert v.outcome == I and "does not separate" in v.reason and "0.5092" in v.reason, v.reason
+        assert v.estimate is not None and v.estimate.value == 0
+    # one variant apart on one seed is no longer a tie: the ordinary rule decides
+    assert compare_rivals({**tie, "x": [0.5092, 0.5092, 0.4910]}, "x", -0.01).outcome == S
+    for v in (span_decide({"0.15/3": tie["x"], "0.3/3": tie["y"]}),
+              tok_decide({"unigram": tie["x"], "bpe": tie["y"], "wordpiece": [0.6, 0.7, 0.8]})):
+        assert v.outcome == I and "does not separate" in v.reason, v.reason
+
+
 def test_objectives_decide():
     from ptmlab.studies.objectives import decide
 

@@ -18,7 +18,8 @@ Verdict rule (written before the runs): a run's score is the average over tasks 
 every other objective, the per-seed difference ELECTRA minus that objective (the same seed for both) gets a 95%
 paired t interval over seeds. Supported when every interval lies above 0; not supported when some interval lies
 below 0 (another objective beats ELECTRA); inconclusive otherwise, with one seed (--budget small), or when the runs'
-FLOPs differ by more than 5% (then the comparison is not at equal compute).
+FLOPs differ by more than 5% (then the comparison is not at equal compute). Every objective at the same score on
+every seed (the fine-tuned models cannot tell them apart) is inconclusive too.
 
 Budgets: ``--budget small`` runs 5 objectives on a 1-layer model, one seed, in minutes (inconclusive by
 construction); ``--budget full`` runs 3 seeds on the full dev sets.
@@ -59,7 +60,8 @@ CLAIM = Claim(
          "per-seed difference ELECTRA minus that objective (the same seed for both) gets a 95% paired t interval "
          "over seeds. Supported when every interval lies above 0; not supported when some interval lies below 0 "
          "(another objective beats ELECTRA); inconclusive otherwise, with one seed (--budget small), or when the "
-         "runs' FLOPs differ by more than 5% (then the comparison is not at equal compute).",
+         "runs' FLOPs differ by more than 5% (then the comparison is not at equal compute). Every objective at "
+         "the same score on every seed (the fine-tuned models cannot tell them apart) is inconclusive too.",
 )
 
 CLAIMED = "electra"

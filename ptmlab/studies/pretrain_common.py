@@ -18,7 +18,7 @@ from pathlib import Path
 from ptmlab.core.config import build_config, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies.common import StudyArgs, finetune_variant
-from ptmlab.studies.verdict import NOT_SUPPORTED, Verdict, decide_above, paired_seeds
+from ptmlab.studies.verdict import INCONCLUSIVE, NOT_SUPPORTED, Verdict, decide_above, paired_seeds, same_within_seeds
 
 # with --budget small: tiny subsets and ONE seed so that a study runs in about a minute on two cores (tests, CI);
 # its verdict is then inconclusive by construction
@@ -192,11 +192,21 @@ def compare_rivals(scores: dict[str, list[float]], claimed: str, threshold: floa
     """The claimed variant against every rival, paired by seed: each mean difference ``claimed - rival`` with its
     t interval is decided by ``decide_above(est, threshold)`` (0: the claimed variant is better; ``-m``: it is no
     worse than ``m`` below). Supported when every comparison is, not supported when any is not, else inconclusive;
-    the estimate shown is the deciding comparison (the one that refutes, else the least certain)."""
+    the estimate shown is the deciding comparison (the one that refutes, else the least certain).
+
+    Every variant at the same score on every seed (every fine-tuned model predicting one class, as happens when a
+    pre-training budget leaves the models untrained for the task) is inconclusive whatever the threshold: such a
+    tie says the downstream cannot separate the variants, not that they are equal."""
     if claimed not in scores or len(scores) < 2:
         raise PtmlabError(f"the verdict needs '{claimed}' and at least one rival, got {sorted(scores)}")
     parts = {k: decide_above(paired_seeds(scores[claimed], v, f"{metric}: {claimed} minus {k}"), threshold)
              for k, v in scores.items() if k != claimed}
+    if len(scores[claimed]) > 1 and same_within_seeds(scores):
+        seeds = ", ".join(f"{x:.4f}" for x in scores[claimed])
+        return Verdict(INCONCLUSIVE, f"downstream does not separate the variants: every variant has the same {metric} "
+                                     f"on each seed ({seeds}), as when every fine-tuned model predicts one class; "
+                                     f"a larger pre-training budget or longer fine-tuning is needed",
+                       next(iter(parts.values())).estimate)
     return combine_parts(list(parts.values()))
 
 

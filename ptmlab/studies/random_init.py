@@ -38,7 +38,7 @@ from ptmlab.studies.common import (
     seed_list,
     write_study,
 )
-from ptmlab.studies.verdict import Claim, Verdict, decide_above, mean_interval, paired_seeds
+from ptmlab.studies.verdict import Claim, Verdict, decide_above, mean_interval, paired_seeds, same_within_seeds
 
 CLAIM = Claim(
     study="random-init",
@@ -123,7 +123,7 @@ def _finite(x: float) -> float | None:
 
 def degenerate(score: dict[str, list[float]]) -> bool:
     """Both initialisations at the same score on every seed (e.g. MCC 0: both predict one class)."""
-    return all(abs(p - r) < 1e-9 for p, r in zip(score["pretrained"], score["random"], strict=True))
+    return same_within_seeds({k: score[k] for k in ("pretrained", "random")})
 
 
 def decide(scores: dict[str, dict[str, list[float]]]) -> Verdict:

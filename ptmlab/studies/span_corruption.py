@@ -16,7 +16,8 @@ Verdict rule (written before the runs): a run's score is the average over tasks 
 other cell, the per-seed difference 15%/3 minus that cell (the same seed for both) gets a 95% paired t interval over
 seeds. Supported when every interval lies above -0.01 (15%/3 is never more than a point worse than any cell: as good
 as any, within a point); not supported when some interval lies below -0.01 (a cell beats 15%/3 by more than a
-point); inconclusive otherwise or with one seed (--budget small). A grid without the 15%/3 cell says inconclusive.
+point); inconclusive otherwise or with one seed (--budget small). A grid without the 15%/3 cell says inconclusive,
+and so does every cell at the same score on every seed (the fine-tuned models cannot tell them apart).
 The old rule also asked 15%/3 to beat some cell; the claim is "as good as any", a non-inferiority claim, so it
 no longer does (the table shows which cells it beats).
 
@@ -61,7 +62,8 @@ CLAIM = Claim(
          "Supported when every interval lies above -0.01 (15%/3 is never more than a point worse than any cell: as "
          "good as any, within a point); not supported when some interval lies below -0.01 (a cell beats 15%/3 by "
          "more than a point); inconclusive otherwise or with one seed (--budget small). A grid without the 15%/3 "
-         "cell says inconclusive.",
+         "cell says inconclusive, and so does every cell at the same score on every seed (the fine-tuned models "
+         "cannot tell them apart).",
 )
 MARGIN = 0.01  # "as good as": within one point of every cell
 

@@ -18,7 +18,8 @@ fine-tuned identically on one task (SST-2; the built-in tweets without GLUE) and
 Verdict rule (written before the runs): per tokenizer and seed, the dev main metric; the per-seed difference Unigram
 minus BPE (the same seed for both) gets a 95% paired t interval over seeds. Supported when the interval lies above
 -0.01 (Unigram matches BPE within a point, or beats it: the paper's "match or outperform"); not supported when it
-lies below -0.01 (BPE is better by more than a point); inconclusive otherwise or with one seed (--budget small).
+lies below -0.01 (BPE is better by more than a point); inconclusive otherwise or with one seed (--budget small),
+or when Unigram and BPE have the same score on every seed (the fine-tuned models cannot tell them apart).
 WordPiece is reported beside them.
 
 Budgets: ``--budget small`` runs 1-layer models at vocabulary 1,000, one seed (inconclusive by construction);
@@ -60,7 +61,8 @@ CLAIM = Claim(
          "both) gets a 95% paired t interval over seeds. Supported when the interval lies above -0.01 (Unigram "
          "matches BPE within a point, or beats it: the paper's \"match or outperform\"); not supported when it lies "
          "below -0.01 (BPE is better by more than a point); inconclusive otherwise or with one seed (--budget "
-         "small). WordPiece is reported beside them.",
+         "small), or when Unigram and BPE have the same score on every seed (the fine-tuned models cannot tell "
+         "them apart). WordPiece is reported beside them.",
 )
 MARGIN = 0.01  # "match": within one point
 

@@ -19,7 +19,7 @@ reported as inconclusive, and the results say so.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
@@ -145,6 +145,13 @@ def _bootstrap(d, metric: str, confidence: float, resamples: int, seed: int, wha
     means = d[rng.integers(0, d.size, size=(resamples, d.size))].mean(axis=1)
     lo, hi = np.quantile(means, [0.5 - confidence / 2, 0.5 + confidence / 2])
     return Estimate(metric, float(d.mean()), float(lo), float(hi), int(d.size), f"{what} ({confidence:.0%})")
+
+
+def same_within_seeds(scores: Mapping[str, Sequence[float]], tol: float = 1e-9) -> bool:
+    """Every variant at the same score on every seed, as when every fine-tuned model predicts one class: a
+    downstream comparison that cannot separate the variants (a tie, not evidence that they are equal)."""
+    per_seed = list(zip(*scores.values(), strict=True))
+    return bool(per_seed) and all(max(vals) - min(vals) < tol for vals in per_seed)
 
 
 def decide_above(est: Estimate, threshold: float = 0.0, what: str = "") -> Verdict:
