@@ -195,3 +195,19 @@ def test_a_finished_variant_is_reused_only_with_the_same_settings(tmp_path):
     assert (out / "model.safetensors").stat().st_mtime_ns == stamp
     redone = finetune_variant(dataclasses.replace(a, max_train=32, overwrite=True), out, seed=0)
     assert redone["train_examples"] == 32 and first["train_examples"] == 64
+
+
+def test_tables_of_mixed_rows_show_every_rows_columns(tmp_path, capsys):
+    """A study whose table holds two kinds of row (meta-kd: per-domain scores, then leave-one-out rows) must show
+    the second kind's numbers too, on stdout and in the HTML report."""
+    from ptmlab.report.html import Report
+    from ptmlab.report.table import print_table
+
+    rows = [{"seed": 0, "domain": "books", "meta_kd": 0.8125}, {"seed": 0, "held_out": "dvd", "tfidf_lr": 0.7731}]
+    print_table(rows)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["seed", "domain", "meta_kd", "held_out", "tfidf_lr"]
+    assert out[2].split() == ["0", "dvd", "0.7731"]
+    Report("t").table(rows).write(tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert "<th>tfidf_lr</th>" in page and "0.7731" in page

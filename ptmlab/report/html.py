@@ -52,7 +52,9 @@ class Report:
     def table(self, rows: list[dict], columns: list[str] | None = None) -> Report:
         if not rows:
             return self
-        columns = columns or list(rows[0].keys())
+        from ptmlab.report.table import columns_of
+
+        columns = columns or columns_of(rows)
         head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
         body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c, ''))}</td>" for c in columns) + "</tr>"
                        for r in rows)

@@ -15,11 +15,16 @@ def format_cell(v) -> str:
     return str(v)
 
 
+def columns_of(rows: list[dict]) -> list[str]:
+    """Every key of every row, in order of first appearance (rows of different kinds share one table)."""
+    return list(dict.fromkeys(k for r in rows for k in r))
+
+
 def print_table(rows: list[dict], columns: list[str] | None = None) -> None:
-    """Left-aligned columns (the first row's keys by default); floats to 4 decimals, big numbers with commas."""
+    """Left-aligned columns (every row's keys by default); floats to 4 decimals, big numbers with commas."""
     if not rows:
         return
-    columns = columns or list(rows[0].keys())
+    columns = columns or columns_of(rows)
     cells = [[format_cell(r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
