@@ -25,6 +25,20 @@ def test_yaml_then_flags_flags_win(tmp_path):
     assert cfg.batch_size == 32  # default kept
 
 
+def test_a_run_directorys_config_yaml_is_a_valid_config(tmp_path):
+    """The config.yaml a run writes (with the command that wrote it) repeats the run, flags changing one thing."""
+    import dataclasses
+
+    from ptmlab.core.rundir import RunDir
+
+    first = dataclasses.replace(FinetuneConfig(), model="tiny", lr=3e-4, seed=0, output=str(tmp_path / "r0"))
+    run = RunDir.create(tmp_path / "r0")
+    run.write_config(dataclasses.asdict(first), "finetune")
+    args = _parse(["--config", str(run.file("config.yaml")), "--seed", "1", "--output", str(tmp_path / "r1")])
+    again = resolve_config(FinetuneConfig, args, args.config)
+    assert again == dataclasses.replace(first, seed=1, output=str(tmp_path / "r1"))
+
+
 def test_unknown_yaml_key_is_named(tmp_path):
     y = tmp_path / "c.yaml"
     y.write_text("learning_rate: 0.1\n")

@@ -96,6 +96,7 @@ def load_yaml(path: str | Path) -> dict:
         raise PtmlabError(f"config file '{p}' is not valid YAML{where}: fix its syntax") from None
     if not isinstance(data, dict):
         raise PtmlabError(f"config file '{p}' must hold a mapping of option: value")
+    data.pop("command", None)  # a run directory's config.yaml records the command that wrote it: not an option
     return _flatten(data)
 
 
