@@ -8,6 +8,7 @@ import io
 from pathlib import Path
 
 from ptmlab.core.io import atomic_write_text
+from ptmlab.report.table import columns_of
 
 
 def new_figure(w: float = 6.0, h: float = 3.6):
@@ -52,8 +53,6 @@ class Report:
     def table(self, rows: list[dict], columns: list[str] | None = None) -> Report:
         if not rows:
             return self
-        from ptmlab.report.table import columns_of
-
         columns = columns or columns_of(rows)
         head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
         body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c, ''))}</td>" for c in columns) + "</tr>"
