@@ -1,0 +1,126 @@
+"""Every ``ptmlab ...`` command written in README.md, BENCHMARKS.md and docs/ still parses.
+
+A renamed or removed option leaves the docs telling users to type a command that fails; this test parses each
+documented command with the real parsers (the top-level one, and a study's own for ``ptmlab study NAME ...``)
+without running anything. Prose fragments that name a verb and an option without the positional arguments
+(``ptmlab prune --params``) and upper-case placeholders (``--format F``) are not failures; unknown options, unknown
+studies and invalid choices are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from ptmlab.cli import build_parser
+from ptmlab.core.cli_parser import ArgParser
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
+COMMAND = re.compile(r"(?:^|\s|/)(ptmlab\s+[a-z].*)$")
+PLACEHOLDER_MARKS = ("...", "[", "|", "<")
+
+
+def documented_commands(path: Path) -> list[str]:
+    """``ptmlab`` command lines in a markdown file: code blocks line by line (with ``\\`` continuations joined) and
+    inline code spans (which may wrap across lines)."""
+    text = path.read_text(encoding="utf-8")
+    found = []
+    for block in re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S):
+        for line in re.sub(r"\s*\\\n\s*", " ", block).splitlines():
+            for part in re.split(r"&&|;|\|\|", line):
+                m = COMMAND.search(part.strip())
+                if m:
+                    found.append(m.group(1))
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    for span in re.findall(r"`([^`]+)`", prose):
+        for part in re.split(r"&&|;", " ".join(span.split())):
+            m = re.match(r"(?:\S*/)?(ptmlab\s+[a-z].*)$", part.strip())
+            if m:
+                found.append(m.group(1))
+    return found
+
+
+def argv_of(command: str) -> list[str] | None:
+    """The arguments after ``ptmlab``; None for a synopsis (``[--x]``, ``a|b``, ``...``) or a bare verb."""
+    if any(mark in command for mark in PLACEHOLDER_MARKS):
+        return None
+    argv = [t for t in shlex.split(command, comments=True)[1:] if t != "&"]
+    return argv if len(argv) >= 2 else None
+
+
+class _Parsed(Exception):
+    """Raised by a command's own parser once it accepted its arguments, so that nothing runs."""
+
+
+def parse_error(argv: list[str], monkeypatch) -> str | None:
+    """None when ``ptmlab *argv`` parses; otherwise the parser's message."""
+    original = ArgParser.parse_args
+
+    def parse_then_stop(self, args=None, namespace=None):
+        result = original(self, args, namespace)
+        if self.prog != "ptmlab":  # a study's (or suite command's) own parser: parsed, stop before running
+            raise _Parsed
+        return result
+
+    monkeypatch.setattr(ArgParser, "parse_args", parse_then_stop)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            args = build_parser(argv).parse_args(argv)
+            if args.command == "study" and args.name not in (None, "-h", "--help"):
+                args.func(args)
+    except _Parsed:
+        return None
+    except SystemExit as e:
+        return err.getvalue().strip() or f"exit {e.code}" if e.code else None
+    except Exception as e:  # an unknown study name and the like
+        return f"{type(e).__name__}: {e}"
+    finally:
+        monkeypatch.setattr(ArgParser, "parse_args", original)
+    return None
+
+
+def is_fragment(message: str) -> bool:
+    """A prose mention rather than a command: only positional arguments or an option's value are missing, or a
+    choice is an upper-case placeholder."""
+    if "the following arguments are required" in message or "expected one argument" in message:
+        return True
+    choice = re.search(r"invalid choice: '([^']*)'", message)
+    return bool(choice and choice.group(1).isupper())
+
+
+def test_the_extractor_finds_commands_in_code_blocks_and_spans(tmp_path):
+    doc = tmp_path / "x.md"
+    doc.write_text("Run `ptmlab finetune --task sst2\n--output r` then\n\n```bash\n"
+                   "bash scripts/setup.sh && .venv/bin/ptmlab demo --quick   # comment\n"
+                   "ptmlab study objectives \\\n  --seeds 0,1\n```\n", encoding="utf-8")
+    commands = documented_commands(doc)
+    assert commands == ["ptmlab demo --quick   # comment", "ptmlab study objectives --seeds 0,1",
+                        "ptmlab finetune --task sst2 --output r"]
+    assert [argv_of(c) for c in commands] == [["demo", "--quick"], ["study", "objectives", "--seeds", "0,1"],
+                                              ["finetune", "--task", "sst2", "--output", "r"]]
+
+
+def test_the_check_catches_a_renamed_option_and_an_unknown_study(monkeypatch):
+    assert parse_error(["finetune", "--task", "sst2", "--output", "r"], monkeypatch) is None
+    assert "unrecognized arguments: --learning-rate" in parse_error(
+        ["finetune", "--task", "sst2", "--learning-rate", "1e-4"], monkeypatch)
+    assert parse_error(["study", "objectives", "--seeds", "0,1", "--budget", "small"], monkeypatch) is None
+    assert "--no-such-flag" in parse_error(["study", "objectives", "--no-such-flag"], monkeypatch)
+    assert "no-such-study" in parse_error(["study", "no-such-study", "--seeds", "0"], monkeypatch)
+    assert is_fragment("error: the following arguments are required: RUN_DIR (see 'ptmlab serve --help')")
+    assert not is_fragment("error: unrecognized arguments: --x (see 'ptmlab --help')")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_documented_command_parses(doc, monkeypatch):
+    commands = [(c, argv) for c in documented_commands(doc) if (argv := argv_of(c))]
+    broken = [f"{c}\n    {msg}" for c, argv in commands
+              if (msg := parse_error(argv, monkeypatch)) and not is_fragment(msg)]
+    assert not broken, f"{doc.name}: commands that no longer parse:\n" + "\n".join(broken)
