@@ -1,10 +1,11 @@
-"""Every ``ptmlab ...`` command written in README.md, BENCHMARKS.md and docs/ still parses.
+"""Every command written in README.md, BENCHMARKS.md and docs/ still parses.
 
 A renamed or removed option leaves the docs telling users to type a command that fails; this test parses each
 documented command with the real parsers (the top-level one, and a study's own for ``ptmlab study NAME ...``)
 without running anything. Prose fragments that name a verb and an option without the positional arguments
 (``ptmlab prune --params``) and upper-case placeholders (``--format F``) are not failures; unknown options, unknown
-studies and invalid choices are.
+studies and invalid choices are. Every ``python benchmarks/X.py --option ...`` written there must name a script
+that exists and options that the script (or its shared helpers) declares.
 """
 
 from __future__ import annotations
@@ -124,3 +125,47 @@ def test_every_documented_command_parses(doc, monkeypatch):
     broken = [f"{c}\n    {msg}" for c, argv in commands
               if (msg := parse_error(argv, monkeypatch)) and not is_fragment(msg)]
     assert not broken, f"{doc.name}: commands that no longer parse:\n" + "\n".join(broken)
+
+
+# the options run on until a code span ends, a table cell ends or a blank line
+BENCHMARK = re.compile(r"python (benchmarks/[a-z_0-9]+\.py)((?:(?:[ \t]*\n[ \t]*|[ \t]+)[^\s`|;&]+)*)")
+
+
+def benchmark_commands(path: Path) -> list[tuple[str, list[str]]]:
+    """``python benchmarks/X.py --flag ...`` in a markdown file: the script and the long options it is given."""
+    text = re.sub(r"\\\n\s*", " ", path.read_text(encoding="utf-8"))
+    return [(script, re.findall(r"(?<!\S)(--[a-z][a-z0-9-]*)", rest)) for script, rest in BENCHMARK.findall(text)]
+
+
+def benchmark_problems(doc: Path) -> list[str]:
+    """Documented benchmark scripts that do not exist, and options their scripts do not declare."""
+    helpers = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "benchmarks").glob("_*.py"))
+    broken = []
+    for script, flags in benchmark_commands(doc):
+        path = ROOT / script
+        if not path.is_file():
+            broken.append(f"{script}: no such script")
+            continue
+        options = set(re.findall(r"[\"'](--[a-z][a-z0-9-]*)[\"']", path.read_text(encoding="utf-8") + helpers))
+        # argparse accepts a unique prefix (--out for --output)
+        broken += [f"{script} {flag}: not an option of the script" for flag in flags
+                   if not any(option.startswith(flag) for option in options)]
+    return sorted(set(broken))
+
+
+def test_the_benchmark_check_catches_a_missing_script_and_a_wrong_option(tmp_path):
+    doc = tmp_path / "b.md"
+    doc.write_text("`python benchmarks/cpu_flops.py --repeats 5 --out x.json` and\n"
+                   "    python benchmarks/cpu_flops.py --repeats 5 \\\n        --no-such-option 3\n"
+                   "and `python benchmarks/gone.py --x`\n", encoding="utf-8")
+    assert benchmark_commands(doc) == [("benchmarks/cpu_flops.py", ["--repeats", "--out"]),
+                                       ("benchmarks/cpu_flops.py", ["--repeats", "--no-such-option"]),
+                                       ("benchmarks/gone.py", ["--x"])]
+    assert benchmark_problems(doc) == ["benchmarks/cpu_flops.py --no-such-option: not an option of the script",
+                                       "benchmarks/gone.py: no such script"]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_documented_benchmark_exists_and_takes_its_options(doc):
+    broken = benchmark_problems(doc)
+    assert not broken, f"{doc.name}:\n" + "\n".join(broken)
