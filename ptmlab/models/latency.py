@@ -10,6 +10,8 @@ import torch
 
 from ptmlab.models.loader import model_inputs
 
+WEIGHT_SUFFIXES = (".safetensors", ".onnx", ".bin")
+
 
 @torch.no_grad()
 def measure_latency(model, tokenizer, texts: list[str], batch_size: int, repeats: int = 5, max_length: int = 64,
@@ -32,10 +34,18 @@ def measure_latency(model, tokenizer, texts: list[str], batch_size: int, repeats
 
 
 def size_on_disk_mb(path: str | Path) -> float:
-    """Megabytes of weight files in a model directory (or one file)."""
+    """Megabytes of a model's weight files: a file, or a model directory's own weight files. Only a directory
+    without weights at its top (weights in a subfolder) is searched below it; a run directory's nested variants
+    (the demo's distilled/, pruned/, ...) and checkpoints are not the model and are not counted."""
     p = Path(path)
-    files = [p] if p.is_file() else [f for f in p.rglob("*") if f.suffix in (".safetensors", ".onnx", ".bin")
-                                     and "checkpoint" not in f.parts]
+    if p.is_file():
+        return p.stat().st_size / 2**20
+
+    def weights(files) -> list[Path]:
+        return [f for f in files if f.is_file() and f.suffix in WEIGHT_SUFFIXES
+                and not any(part.startswith("checkpoint") for part in f.relative_to(p).parts)]
+
+    files = weights(p.iterdir()) or weights(p.rglob("*"))
     return sum(f.stat().st_size for f in files) / 2**20
 
 
