@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 import time
 
-SETTLE_S = 0.05  # onnxruntime's spinning workers parked after this (measured: 5 ms is not enough, 50 ms is)
+from ptmlab.models.latency import SETTLE_S  # onnxruntime's spinning workers are parked after this pause
 
 
 def sig(x: float) -> float:

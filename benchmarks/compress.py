@@ -26,7 +26,6 @@ import argparse
 import copy
 import json
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -55,13 +54,12 @@ def main() -> int:
     from ptmlab.compress.vocab import prune_vocabulary
     from ptmlab.core.config import build_config
     from ptmlab.core.io import atomic_save_file, atomic_write_json
-    from ptmlab.core.progress import progress
     from ptmlab.core.rundir import RunDir
     from ptmlab.core.seed import configure_threads, set_seed
     from ptmlab.data.encode import encode_split
     from ptmlab.data.loaders import subset
     from ptmlab.data.taskdata import load_task_data
-    from ptmlab.models.latency import measure_latency, parameter_count
+    from ptmlab.models.latency import parameter_count, time_side_by_side
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.report.table import print_table
     from ptmlab.train.args import FinetuneConfig
@@ -133,14 +131,7 @@ def main() -> int:
         rows.append(row("heads -40% + recovery + vocab + onnx int8", OrtModel(c8, combined.config),
                              round(c8.stat().st_size / 2**20, 2), tokenizer=ctok))
         # latency: round-robin over the variants, so load changes on a shared machine hit every variant alike
-        times: dict[int, dict[int, list[float]]] = {i: {1: [], 32: []} for i in range(len(variants))}
-        for _ in progress(range(args.repeats), desc="latency rounds"):
-            for i, (_r, m, t) in enumerate(variants):
-                for bs in (1, 32):
-                    times[i][bs].append(measure_latency(m, t, meas.texts, bs, repeats=1, max_length=64))
-        for i, (r, _m, _t) in enumerate(variants):
-            r["latency_b1_ms"] = round(statistics.median(times[i][1]), 2)
-            r["latency_b32_ms"] = round(statistics.median(times[i][32]), 2)
+        time_side_by_side(variants, meas.texts, args.repeats)
     add_ratios(rows, rows[0])
     by = {r["variant"]: r for r in rows}
     b = rows[0]

@@ -1,8 +1,9 @@
 """The demo pipeline: fine-tune on the built-in tweets task, then every registered stage adds a model variant
 (distilled, pruned, quantized...) to one table and plot in the demo report.
 
-A stage is ``fn(ctx: DemoContext) -> list[dict]`` registered in ``DEMO_STAGES``; each returned row describes
-one variant with the keys of ``VARIANT_COLUMNS``. Stages run in registration order after fine-tuning.
+A stage is ``fn(ctx: DemoContext) -> list[dict]`` registered in ``DEMO_STAGES``; each returned row comes from
+``ctx.variant(...)`` (metrics, parameters, size) and describes one variant with the keys of ``VARIANT_COLUMNS``.
+Stages run in registration order after fine-tuning; then ``ctx.time_variants`` times every variant side by side.
 """
 
 from __future__ import annotations
@@ -21,31 +22,42 @@ VARIANT_COLUMNS = ["variant", "accuracy", "macro_f1", "params", "size_mb", "late
                    "speedup_b32"]
 
 
+LATENCY_ROUNDS = 5  # round-robin rounds over all variants; each variant's latency is the median of its rounds
+
+
 @dataclass
 class DemoContext:
     config: object  # DemoConfig
     run_dir: Path  # the fine-tuned run
     summary: dict
     variants: list[dict] = field(default_factory=list)
-    baseline_b32: float | None = None  # batch-32 latency of the fine-tuned model, for speed-ups
+    timed: list[tuple] = field(default_factory=list)  # (row, model, tokenizer) of each variant, timed at the end
 
     @property
     def output(self) -> Path:
         return self.run_dir
 
+    def variant(self, name: str, model, tokenizer, metrics: dict, model_dir: Path | None = None) -> dict:
+        """One variant's row (test metrics, parameters, size); its latencies are filled in by ``time_variants``
+        once every variant exists, so that all are timed side by side."""
+        from ptmlab.models.latency import parameter_count, size_on_disk_mb
 
-def variant_row(name: str, model, tokenizer, metrics: dict, texts: list[str], model_dir: Path | None = None,
-                baseline_b32: float | None = None) -> dict:
-    """Measure one model variant: metrics, parameters, size, batch-1 and batch-32 latency."""
-    from ptmlab.models.latency import measure_latency, parameter_count, size_on_disk_mb
+        row = {"variant": name, **{k: round(v, 4) for k, v in metrics.items()},
+               "params": parameter_count(model) or None,
+               "size_mb": round(size_on_disk_mb(model_dir), 2) if model_dir else None}
+        self.timed.append((row, model, tokenizer))
+        return row
 
-    b1 = measure_latency(model, tokenizer, texts, 1, repeats=10)
-    b32 = measure_latency(model, tokenizer, texts, 32, repeats=5)
-    row = {"variant": name, **{k: round(v, 4) for k, v in metrics.items()}, "params": parameter_count(model) or None,
-           "size_mb": round(size_on_disk_mb(model_dir), 2) if model_dir else None,
-           "latency_b1_ms": round(b1, 2), "latency_b32_ms": round(b32, 2)}
-    row["speedup_b32"] = round(baseline_b32 / b32, 2) if baseline_b32 else 1.0
-    return row
+    def time_variants(self, texts: list[str], rounds: int = LATENCY_ROUNDS) -> None:
+        """Batch-1 and batch-32 latency of every variant, round-robin over the variants for ``rounds`` rounds
+        (median per variant), so that a slow stretch of a shared machine hits every variant alike; speed-ups are
+        against the first variant (the fine-tuned model)."""
+        from ptmlab.models.latency import time_side_by_side
+
+        time_side_by_side(self.timed, texts, rounds, b1_repeats=3)
+        base = self.timed[0][0]["latency_b32_ms"]
+        for row, _m, _t in self.timed:
+            row["speedup_b32"] = round(base / row["latency_b32_ms"], 2)
 
 
 def run_stages(ctx: DemoContext) -> None:

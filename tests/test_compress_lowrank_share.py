@@ -250,7 +250,9 @@ def test_demo_stages_prune_and_quantize_on_tiny(tmp_path, monkeypatch):
     base, tok = load_model("tiny", num_labels=3).eval(), load_tokenizer("tiny")
     save_model(base, tok, run)
     base_mb = size_on_disk_mb(run / "model.safetensors")
-    ctx = DemoContext(DemoConfig(model="tiny", max_train=64, max_length=32), run, {}, baseline_b32=10.0)
+    ctx = DemoContext(DemoConfig(model="tiny", max_train=64, max_length=32), run, {})
+    fine_tuned = ctx.variant("fine-tuned", base, tok, _test_metrics(base, tok, ctx), run)
+    assert fine_tuned["size_mb"] == round(base_mb, 2)  # its own weights, not the variants the stages nest in run/
     (pruned,) = pruned_stage(ctx)
     # 8 heads, 40% -> ceil(3.2) = 4 removed, each 4 x 64 x 16 weights + 3 x 16 biases
     assert pruned["params"] == _params(base) - 4 * (4 * 64 * 16 + 3 * 16)
@@ -260,4 +262,9 @@ def test_demo_stages_prune_and_quantize_on_tiny(tmp_path, monkeypatch):
     (q,) = quantized_stage(ctx)
     fp32 = _test_metrics(base, tok, ctx)
     assert abs(q["accuracy"] - fp32["accuracy"]) <= 0.02 and q["size_mb"] < base_mb
-    assert set(pruned) >= {"variant", "accuracy", "macro_f1", "latency_b32_ms", "speedup_b32"}
+    assert set(pruned) >= {"variant", "accuracy", "macro_f1", "params", "size_mb"}
+    # latency: every variant timed side by side at the end, speed-ups against the fine-tuned model
+    ctx.time_variants(list(small.text[:8]), rounds=2)
+    assert [r["variant"] for r, _m, _t in ctx.timed] == ["fine-tuned", pruned["variant"], q["variant"]]
+    assert fine_tuned["speedup_b32"] == 1.0 and all(r["latency_b1_ms"] > 0 for r in (fine_tuned, pruned, q))
+    assert pruned["speedup_b32"] == round(fine_tuned["latency_b32_ms"] / pruned["latency_b32_ms"], 2)

@@ -53,17 +53,18 @@ def run(args: argparse.Namespace) -> int:
 
     from ptmlab.core.rundir import RunDir
     from ptmlab.data.loaders import load_task
-    from ptmlab.demo import DemoContext, run_stages, variant_row, variants_section
+    from ptmlab.demo import DemoContext, run_stages, variants_section
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.report.run_report import write_run_report
 
     run_dir = Path(d.output)
     ctx = DemoContext(d, run_dir, summary)
     texts = load_task("tweets").splits["test"].text[:64]
-    ctx.variants.append(variant_row(f"{d.model} fine-tuned", load_model(str(run_dir)), load_tokenizer(str(run_dir)),
-                                    summary["test_metrics"], texts, run_dir))
-    ctx.baseline_b32 = ctx.variants[0]["latency_b32_ms"]
+    ctx.variants.append(ctx.variant(f"{d.model} fine-tuned", load_model(str(run_dir)), load_tokenizer(str(run_dir)),
+                                    summary["test_metrics"], run_dir))
     run_stages(ctx)
+    print("timing every variant side by side (batch 1 and 32, round-robin)")
+    ctx.time_variants(texts)
     write_run_report(RunDir(run_dir), [variants_section(ctx)])
     dev = ", ".join(f"{k}={v:.4f}" for k, v in summary["metrics"].items())
     test = ", ".join(f"{k}={v:.4f}" for k, v in summary["test_metrics"].items())

@@ -7,7 +7,7 @@ the same whole test split as the fine-tuned model.
 
 from __future__ import annotations
 
-from ptmlab.demo import DEMO_STAGES, DemoContext, variant_row
+from ptmlab.demo import DEMO_STAGES, DemoContext
 
 RECOVERY_EXAMPLES = 1000
 RECOVERY_DEV = 500  # dev tweets the recovery run checks itself on
@@ -28,10 +28,6 @@ def _test_metrics(model, tokenizer, ctx: DemoContext) -> dict:
     split, spec = _test_split()
     enc = encode_split(tokenizer, split, ctx.config.max_length)
     return evaluate(model, enc, spec, tokenizer.pad_token_id or 0, 128)[0]
-
-
-def _texts() -> list[str]:
-    return list(_test_split()[0].text[:64])
 
 
 @DEMO_STAGES.register("pruned", help="40% of attention heads removed (|dL/d gate|), short recovery fine-tuning")
@@ -59,8 +55,7 @@ def pruned_stage(ctx: DemoContext) -> list[dict]:
                                         "output": str(out), "overwrite": True}, source="demo")
     run = RunSession(cfg, "demo").open()
     model, _ = recover(model, tok, load_task_data(cfg), cfg, run, 1.0, test=False)  # scored below
-    return [variant_row("pruned 40% heads + recovery", model, tok, _test_metrics(model, tok, ctx), _texts(), out,
-                        baseline_b32=ctx.baseline_b32)]
+    return [ctx.variant("pruned 40% heads + recovery", model, tok, _test_metrics(model, tok, ctx), out)]
 
 
 @DEMO_STAGES.register("quantized", help="onnxruntime dynamic int8 of the fine-tuned model")
@@ -74,5 +69,4 @@ def quantized_stage(ctx: DemoContext) -> list[dict]:
     q8 = onnx_int8(fp, out / "model.onnx")
     fp.unlink()
     ort = OrtModel(q8, model.config)
-    return [variant_row("onnx int8", ort, tok, _test_metrics(ort, tok, ctx), _texts(), out,
-                        baseline_b32=ctx.baseline_b32)]
+    return [ctx.variant("onnx int8", ort, tok, _test_metrics(ort, tok, ctx), out)]

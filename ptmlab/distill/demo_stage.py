@@ -3,13 +3,12 @@ it to the demo's variant table (test metric, parameters, latency, speed-up)."""
 
 from __future__ import annotations
 
-from ptmlab.demo import DEMO_STAGES, DemoContext, variant_row
+from ptmlab.demo import DEMO_STAGES, DemoContext
 
 
 @DEMO_STAGES.register("distilled", help="2-layer student distilled from the fine-tuned model")
 def distilled(ctx: DemoContext) -> list[dict]:
     from ptmlab.core.config import build_config
-    from ptmlab.data.loaders import load_task
     from ptmlab.distill.config import DistillConfig
     from ptmlab.distill.pipeline import run_distill
     from ptmlab.models.zoo import load_model, load_tokenizer
@@ -22,8 +21,7 @@ def distilled(ctx: DemoContext) -> list[dict]:
         max_length=d.max_length, seed=d.seed,
         output=str(out), overwrite=True, test=True), source="demo")
     summary = run_distill(cfg, command="demo")
-    texts = load_task("tweets").splits["test"].text[:64]
-    row = variant_row("distilled (2 layers)", load_model(str(out)), load_tokenizer(str(out)),
-                      summary["test_metrics"], texts, out, ctx.baseline_b32)
+    row = ctx.variant("distilled (2 layers)", load_model(str(out)), load_tokenizer(str(out)), summary["test_metrics"],
+                      out)
     row["agreement_with_teacher"] = summary["agreement_with_teacher"]
     return [row]

@@ -11,12 +11,18 @@ import torch
 from ptmlab.models.loader import model_inputs
 
 WEIGHT_SUFFIXES = (".safetensors", ".onnx", ".bin")
+# a pause before timing another model: onnxruntime's workers spin-wait after a call and slow whatever runs next
+# (a torch matmul ran at 51-71 GFLOP/s right after one, 78-116 without; 5 ms of pause is not enough, 50 ms is)
+SETTLE_S = 0.05
 
 
 @torch.no_grad()
 def measure_latency(model, tokenizer, texts: list[str], batch_size: int, repeats: int = 5, max_length: int = 64,
                     warmup: int = 1) -> float:
-    """Median milliseconds for one forward pass over ``batch_size`` texts (fp32 unless the model is not)."""
+    """Median milliseconds for one forward pass over ``batch_size`` texts (fp32 unless the model is not), after a
+    pause (``SETTLE_S``) and ``warmup`` untimed passes, so that no model is timed in what the one before it left
+    behind (an onnxruntime model's spinning workers)."""
+    time.sleep(SETTLE_S)
     model.eval()
     texts = (texts * (batch_size // max(1, len(texts)) + 1))[:batch_size]
     batch = tokenizer(texts, truncation=True, max_length=max_length, padding=True, return_tensors="pt",
@@ -31,6 +37,25 @@ def measure_latency(model, tokenizer, texts: list[str], batch_size: int, repeats
         model(**inputs)
         times.append((time.perf_counter() - t0) * 1000)
     return statistics.median(times)
+
+
+def time_side_by_side(variants: list[tuple], texts: list[str], rounds: int, max_length: int = 64,
+                      b1_repeats: int = 1) -> None:
+    """Fill ``latency_b1_ms`` and ``latency_b32_ms`` of each ``(row, model, tokenizer)`` in ``variants``: rounds of
+    round-robin over the variants (batch 1, then batch 32, each variant in turn), the median of its rounds per
+    variant, so that a slow stretch of a shared machine hits every variant alike (each call pauses and warms up
+    first: ``measure_latency``)."""
+    from ptmlab.core.progress import progress
+
+    times: dict[int, dict[int, list[float]]] = {i: {1: [], 32: []} for i in range(len(variants))}
+    for _ in progress(range(rounds), desc="latency rounds"):
+        for i, (_row, model, tok) in enumerate(variants):
+            for batch, repeats in ((1, b1_repeats), (32, 1)):
+                times[i][batch].append(measure_latency(model, tok, texts, batch, repeats=repeats,
+                                                       max_length=max_length))
+    for i, (row, _m, _t) in enumerate(variants):
+        row["latency_b1_ms"] = round(statistics.median(times[i][1]), 2)
+        row["latency_b32_ms"] = round(statistics.median(times[i][32]), 2)
 
 
 def size_on_disk_mb(path: str | Path) -> float:
