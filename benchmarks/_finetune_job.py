@@ -161,7 +161,7 @@ def run_bare(job: Job, compile_mode: str = "off") -> dict:
 def run_trainer_host_memory(job: Job, out: Path, sampling: str = "group_by_length") -> dict:
     """The Trainer inside ptmlab's ``reuse_host_memory`` (what ptmlab's loop does on a CPU): splits the ratio into
     what the allocator setting brings and what the loop brings."""
-    from ptmlab.train.host_memory import reuse_host_memory
+    from ptmlab.core.host_memory import reuse_host_memory
 
     with reuse_host_memory():
         return run_trainer(job, out, sampling)

@@ -35,10 +35,10 @@ def main() -> None:
                                     str(ROOT / "benchmarks" / "results" / "clipped_step.json"))
     import torch
 
+    from ptmlab.core.host_memory import reuse_host_memory
     from ptmlab.core.io import atomic_write_json
     from ptmlab.models.zoo import load_model
     from ptmlab.train.evaluate import autocast_ctx
-    from ptmlab.train.host_memory import reuse_host_memory
     from ptmlab.train.optim import build_optimizer, clipped_step
 
     torch.manual_seed(0)

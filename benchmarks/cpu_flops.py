@@ -89,7 +89,7 @@ def main() -> None:
     p.add_argument("--reuse-host-memory", action="store_true", help="run inside ptmlab's host-memory setting")
     args = p.parse_args()
     if args.reuse_host_memory:
-        from ptmlab.train.host_memory import reuse_host_memory
+        from ptmlab.core.host_memory import reuse_host_memory
 
         with reuse_host_memory() as applied:
             return measure(args, applied)

@@ -31,10 +31,10 @@ def main() -> None:
                                     str(ROOT / "benchmarks" / "results" / "embedding_share.json"))
     import torch
 
+    from ptmlab.core.host_memory import reuse_host_memory
     from ptmlab.core.io import atomic_write_json
     from ptmlab.models.zoo import load_model
     from ptmlab.train.evaluate import autocast_ctx
-    from ptmlab.train.host_memory import reuse_host_memory
 
     torch.manual_seed(0)
     model = load_model(a.model, num_labels=2).train()

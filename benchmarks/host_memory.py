@@ -37,9 +37,9 @@ def child(mode: str, model_name: str, shapes: list[tuple[int, int]], precision: 
     """One process's measurements: {shape: {"ms": median, "faults": median}}."""
     import torch
 
+    from ptmlab.core.host_memory import reuse_host_memory
     from ptmlab.models.zoo import load_model
     from ptmlab.train.evaluate import autocast_ctx
-    from ptmlab.train.host_memory import reuse_host_memory
 
     torch.manual_seed(0)
     model = load_model(model_name, num_labels=2).train(what == "train")

@@ -73,7 +73,7 @@ def test_host_memory_benchmark_runs_both_sides_in_their_own_processes(tmp_path):
     assert row["shape"] == "4x16" and row["default_ms"] > 0 and row["reuse_ms"] > 0
     assert abs(row["speedup"] - row["default_ms"] / row["reuse_ms"]) < 0.05
     assert proc.stdout.count("round 0") == 2 and proc.stdout.count("round 1") == 2  # both sides, each round
-    from ptmlab.train.host_memory import _glibc
+    from ptmlab.core.host_memory import _glibc
 
     assert res["applied"] is (_glibc() is not None)
 

@@ -10,7 +10,7 @@ import resource
 import pytest
 import torch
 
-import ptmlab.train.host_memory as hm
+import ptmlab.core.host_memory as hm
 
 
 def _faults() -> int:

@@ -24,12 +24,12 @@ def run(args: argparse.Namespace) -> int:
     from ptmlab.core.extras import require_extra
 
     require_extra("serve", "serve")  # before anything is imported or loaded
+    from ptmlab.core.host_memory import reuse_host_memory
     from ptmlab.core.seed import configure_threads
     from ptmlab.serve.app import create_app
     from ptmlab.serve.config import ServeConfig
     from ptmlab.serve.server import serve_forever
     from ptmlab.serve.state import open_store
-    from ptmlab.train.host_memory import reuse_host_memory
 
     cfg = resolve_config(ServeConfig, args, args.config)
     cfg.validate()

@@ -39,8 +39,8 @@ def resolve_precision(precision: str, device: torch.device | None = None) -> str
 def predict_logits(model, enc: Encoded, pad_id: int, batch_size: int = 128, precision: str = "fp32",
                    desc: str = "evaluate") -> np.ndarray:
     """Logits for every example, in the original order."""
+    from ptmlab.core.host_memory import reuse_host_memory
     from ptmlab.models.first_token import first_token_only
-    from ptmlab.train.host_memory import reuse_host_memory
 
     model.eval()
     device = next(model.parameters()).device

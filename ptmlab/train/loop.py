@@ -228,7 +228,7 @@ class Trainer:
         model's dropout draws its masks with ``train.fast_dropout`` while it trains, restored afterwards; on a CPU,
         with ``--reuse-host-memory`` (the default), freed memory stays in the process while it trains
         (``train.host_memory``)."""
-        from ptmlab.train.host_memory import reuse_host_memory
+        from ptmlab.core.host_memory import reuse_host_memory
 
         handle = None
         if getattr(self.cfg, "fast_dropout", False) and getattr(self.cfg, "compile", "off") == "off":
