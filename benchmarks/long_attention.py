@@ -40,7 +40,7 @@ def _register_flex(model, length: int, window: int, global_tokens: list[int], de
         return ((q - kv).abs() <= half) | glob[q] | glob[kv]
 
     block_mask = create_block_mask(mask_mod, 1, None, length, length, device=device)
-    compiled = torch.compile(flex_attention)
+    compiled = torch.compile(flex_attention, dynamic=False)  # one static kernel per length (a dynamic one failed)
 
     def forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
         out = compiled(query, key, value, block_mask=block_mask, scale=scaling)
