@@ -148,3 +148,33 @@ def test_alternate_medians_times_every_side_after_a_call_of_its_own():
     calls.clear()
     timing.alternate_medians(sides, 2)
     assert calls == ["a", "b"] + ["a", "b"] * 2
+
+
+@pytest.mark.slow
+def test_flex_baseline_of_the_long_attention_benchmark_equals_window_attention_at_two_lengths():
+    """The GPU check's FlexAttention baseline (benchmarks/long_attention.py) computes the same attention as ptmlab's
+    window attention, and compiles again at a second length (a dynamically shaped compile failed there)."""
+    import importlib.util
+
+    import torch
+
+    from ptmlab.longseq import cost
+
+    spec = importlib.util.spec_from_file_location("long_attention_bench", ROOT / "benchmarks" / "long_attention.py")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    model = cost.minilm_shaped_model(256, window=32)
+    model.encoder.layer = model.encoder.layer[:1]  # one layer: the attention is what is compared
+    for n in (128, 192):
+        ids = torch.randint(1000, 20000, (1, n), generator=torch.Generator().manual_seed(n))
+        model.set_attn_implementation("ptmlab_window")
+        with torch.no_grad():
+            window = model(input_ids=ids).last_hidden_state
+        bench._register_flex(model, n, 32, [0], "cpu")
+        with torch.no_grad():
+            flex = model(input_ids=ids).last_hidden_state
+        assert torch.allclose(window, flex, atol=1e-4), (n, (window - flex).abs().max())
