@@ -5,9 +5,12 @@ tokens with transformers' eager attention (n x n scores), sdpa (PyTorch's fused 
 ``ptmlab_window`` (sliding window of --window tokens + [CLS] global, blockwise), in fp32 and bf16, side by side in
 one process with the same weights, input and threads; each cell is the best of --reps passes (other processes
 share this machine's CPUs, so the best pass is the least disturbed one). On CUDA, PyTorch FlexAttention with a
-sliding-window + global block mask is added as the GPU baseline (``flex``). Fitted growth exponents (log-log slope
-over 1k-16k) and the sdpa/window latency ratio at 8k are written to benchmarks/results/long_attention[_cuda].json
-with a plot beside it. Eager is skipped where its n x n score tensors would exceed --eager-max-gb (said in the JSON).
+sliding-window + global block mask is added as the GPU baseline (``flex``), and ptmlab's window attention runs
+twice there: ``window`` (its default kernel for the device: FlexAttention on CUDA, see ptmlab/longseq/flex.py) and
+``window_blocks`` (its blockwise kernel forced); ``window_flex`` forces its FlexAttention kernel anywhere. Fitted
+growth exponents (log-log slope over 1k-16k), the sdpa/window latency ratio at 8k and, on CUDA, window's speed-up
+over the two others at every length are written to benchmarks/results/long_attention[_cuda].json with a plot beside
+it (rewritten after every length). Eager is skipped where its n x n score tensors would exceed --eager-max-gb.
 
     python benchmarks/long_attention.py [--device cpu|cuda] [--lengths 512,1024,...] [--dtypes fp32,bf16]
 """
@@ -51,64 +54,14 @@ def _register_flex(model, length: int, window: int, global_tokens: list[int], de
     model.set_attn_implementation("bench_flex")
 
 
-def main() -> int:
+def _write(a, rows, impls, dtypes, threads, final: bool) -> None:
+    """Summarise ``rows`` so far and write the JSON (after each phase, so a run cut short keeps its latencies)."""
     import torch
 
     from ptmlab.core.io import atomic_write_json
     from ptmlab.longseq import cost
     from ptmlab.report.html import fig_to_png
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--lengths", default="512,1024,2048,4096,8192,16384")
-    p.add_argument("--dtypes", default="fp32,bf16")
-    p.add_argument("--impls", default="eager,sdpa,window", help="add flex on CUDA (added by default there)")
-    p.add_argument("--window", type=int, default=256)
-    p.add_argument("--reps", type=int, default=2)
-    p.add_argument("--eager-max-gb", type=float, default=6.0, help="skip eager where its score tensors exceed this")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: OMP_NUM_THREADS or all cores)")
-    p.add_argument("--out", default=None)
-    a = p.parse_args()
-
-    if a.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("error: --device cuda but no CUDA device is available")
-    threads = a.threads or int(os.environ.get("OMP_NUM_THREADS", 0)) or len(os.sched_getaffinity(0))
-    torch.set_num_threads(threads)
-    lengths = [int(x) for x in a.lengths.split(",")]
-    dtypes = [d.strip() for d in a.dtypes.split(",")]
-    impls = [i.strip() for i in a.impls.split(",")]
-    if a.device.startswith("cuda") and "flex" not in impls:
-        impls.append("flex")
-    names = {"eager": "eager", "sdpa": "sdpa", "window": "ptmlab_window"}
-    model = cost.minilm_shaped_model(max(lengths), window=a.window).to(a.device)
-    rows = []
-    for phase in ("latency", "memory"):  # memory last: measuring it slows the allocator (see cost.py)
-        for dtype in dtypes:
-            model.to(torch.bfloat16 if dtype == "bf16" else torch.float32)
-            warmed: set[str] = set()
-            for n in lengths:
-                for impl in impls:
-                    row = next((r for r in rows if (r["impl"], r["dtype"], r["length"]) == (impl, dtype, n)), None)
-                    if row is None:
-                        row = {"impl": impl, "dtype": dtype, "length": n, "latency_s": None, "peak_mb": None}
-                        rows.append(row)
-                    scores_gb = 12 * n * n * (2 if dtype == "bf16" else 4) * 2 / 2**30  # scores + probabilities
-                    if impl == "eager" and scores_gb > a.eager_max_gb:
-                        row["skipped"] = f"eager needs ~{scores_gb:.1f} GB for n x n scores (> --eager-max-gb)"
-                        continue
-                    if impl == "flex":
-                        _register_flex(model, n, a.window, [0], a.device)
-                    else:
-                        model.set_attn_implementation(names[impl])
-                    if phase == "latency":
-                        key = f"{impl}-{n}" if impl == "flex" else impl
-                        row["latency_s"] = cost.measure_forward(model, n, a.device, reps=a.reps,
-                                                           warmup=key not in warmed or n <= 2048)
-                        warmed.add(key)
-                    else:
-                        row["peak_mb"] = cost.measure_peak_memory(model, n, a.device)
-                    print(f"{phase} {dtype} {n:>6} {impl:>7}: {row['latency_s']:.3f} s"
-                          + (f", peak +{row['peak_mb'] or 0:.0f} MiB" if phase == "memory" else ""), flush=True)
     summary = {}
     for dtype in dtypes:
         for impl in impls:
@@ -129,6 +82,11 @@ def main() -> int:
         if "flex" in impls:
             f8 = at("flex", 8192)
             summary[f"speedup_window_vs_flex_8k_{dtype}"] = f8 / w8 if f8 and w8 else None
+        for base in ("flex", "window_blocks"):  # ptmlab's default kernel against these, at every length both ran
+            if base in impls:
+                summary[f"speedup_window_vs_{base}_{dtype}"] = {
+                    str(n): at(base, n) / at("window", n) for n in sorted({r["length"] for r in rows})
+                    if at(base, n) and at("window", n)}
     verdict = {}
     for dtype in dtypes:
         e = summary[f"window_{dtype}"]["latency_exponent_1k_16k"]
@@ -146,16 +104,89 @@ def main() -> int:
     png = out.rsplit(".", 1)[0] + ".png"
     with open(png, "wb") as f:
         f.write(fig_to_png(cost.scaling_plot(rows, f"MiniLM-shaped forward, {a.device}, {threads} threads")))
+    if not final:
+        return
     print()
     print(f"{'variant':<16} {'latency exp':>11} {'memory exp':>10}")
     for k, v in summary.items():
-        if isinstance(v, dict):
+        if isinstance(v, dict) and "latency_exponent_1k_16k" in v:
             le, me = v["latency_exponent_1k_16k"], v["memory_exponent_1k_16k"]
             print(f"{k:<16} {le if le is None else round(le, 2)!s:>11} {me if me is None else round(me, 2)!s:>10}")
     for k, v in summary.items():
-        if not isinstance(v, dict):
+        if isinstance(v, dict) and "latency_exponent_1k_16k" not in v:
+            print(f"{k}: " + ", ".join(f"{n}: {r:.2f}" for n, r in v.items()))
+        elif not isinstance(v, dict):
             print(f"{k}: {v if v is None else round(v, 2)}")
     print(f"wrote {out} and {png}")
+
+
+def main() -> int:
+    import torch
+
+    from ptmlab.longseq import cost, window
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--lengths", default="512,1024,2048,4096,8192,16384")
+    p.add_argument("--dtypes", default="fp32,bf16")
+    p.add_argument("--impls", default="eager,sdpa,window",
+                   help="eager, sdpa, window (ptmlab's default kernel), window_blocks, window_flex, flex (the "
+                        "benchmark's own FlexAttention; flex and window_blocks are added on CUDA)")
+    p.add_argument("--window", type=int, default=256)
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--eager-max-gb", type=float, default=6.0, help="skip eager where its score tensors exceed this")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: OMP_NUM_THREADS or all cores)")
+    p.add_argument("--out", default=None)
+    a = p.parse_args()
+
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda but no CUDA device is available")
+    threads = a.threads or int(os.environ.get("OMP_NUM_THREADS", 0)) or len(os.sched_getaffinity(0))
+    torch.set_num_threads(threads)
+    lengths = [int(x) for x in a.lengths.split(",")]
+    dtypes = [d.strip() for d in a.dtypes.split(",")]
+    impls = [i.strip() for i in a.impls.split(",")]
+    if a.device.startswith("cuda"):
+        impls += [i for i in ("window_blocks", "flex") if i not in impls]
+    names = {"eager": "eager", "sdpa": "sdpa", "window": "ptmlab_window", "window_blocks": "ptmlab_window",
+             "window_flex": "ptmlab_window"}
+    kernels = {"window_blocks": "blocks", "window_flex": "flex"}
+    unknown = [i for i in impls if i not in names and i != "flex"]
+    if unknown:
+        raise SystemExit(f"error: unknown --impls {', '.join(unknown)}: use {', '.join(names)} or flex")
+    model = cost.minilm_shaped_model(max(lengths), window=a.window).to(a.device)
+    rows = []
+    for phase in ("latency", "memory"):  # memory last: measuring it slows the allocator (see cost.py)
+        for dtype in dtypes:
+            model.to(torch.bfloat16 if dtype == "bf16" else torch.float32)
+            warmed: set[str] = set()
+            for n in lengths:
+                for impl in impls:
+                    row = next((r for r in rows if (r["impl"], r["dtype"], r["length"]) == (impl, dtype, n)), None)
+                    if row is None:
+                        row = {"impl": impl, "dtype": dtype, "length": n, "latency_s": None, "peak_mb": None}
+                        rows.append(row)
+                    scores_gb = 12 * n * n * (2 if dtype == "bf16" else 4) * 2 / 2**30  # scores + probabilities
+                    if impl == "eager" and scores_gb > a.eager_max_gb:
+                        row["skipped"] = f"eager needs ~{scores_gb:.1f} GB for n x n scores (> --eager-max-gb)"
+                        continue
+                    if impl == "flex":
+                        _register_flex(model, n, a.window, [0], a.device)
+                    else:
+                        model.set_attn_implementation(names[impl])
+                        window.set_kernel(kernels.get(impl))
+                    if phase == "latency":
+                        compiled = impl in ("flex", "window_flex") or (impl == "window" and a.device != "cpu")
+                        key = f"{impl}-{n}" if compiled else impl  # a compiled kernel warms up at every length
+                        row["latency_s"] = cost.measure_forward(model, n, a.device, reps=a.reps,
+                                                           warmup=key not in warmed or n <= 2048)
+                        warmed.add(key)
+                    else:
+                        row["peak_mb"] = cost.measure_peak_memory(model, n, a.device)
+                    print(f"{phase} {dtype} {n:>6} {impl:>7}: {row['latency_s']:.3f} s"
+                          + (f", peak +{row['peak_mb'] or 0:.0f} MiB" if phase == "memory" else ""), flush=True)
+                _write(a, rows, impls, dtypes, threads, final=False)  # a run cut short keeps what it has
+    _write(a, rows, impls, dtypes, threads, final=True)
     return 0
 
 

@@ -3,8 +3,10 @@
 # tool), in order of what is still unmeasured:
 #   1. the fine-tuning loop vs transformers' Trainer and a bare loop on SST-2, bf16 (benchmarks/gpu_finetune.py,
 #      issue 18: >= 2x the Trainer at batch 32, >= 30% of the bf16 peak at the largest batch)
-#   2. long-input attention cost on CUDA incl. FlexAttention (benchmarks/long_attention.py, issue 14)
-#   3. ptmlab's MLM pre-training engine on CUDA: tokens/s and share of the bf16 peak (benchmarks/gpu_pretrain.py)
+#   2. long-input attention cost on CUDA: ptmlab's window attention (its CUDA kernel, FlexAttention, and its
+#      blockwise kernel) against sdpa and a plain FlexAttention baseline (benchmarks/long_attention.py, issue 14)
+#   3. only with PRETRAIN=1 (measured in session 12, issue 12 resolved): ptmlab's MLM pre-training engine on CUDA,
+#      tokens/s and share of the bf16 peak (benchmarks/gpu_pretrain.py)
 # Everything they read travels in .gpu/ (`bash scripts/gpu_prepare.sh` builds it here; carry: [".gpu"]).
 # Example: run(command="bash scripts/gpu_checks.sh", carry=[".gpu"], timeout_s=590) with OUT set by the tool.
 # Results go to $OUT (or ./gpu-out).
@@ -29,8 +31,10 @@ save_file({k: v.float() for k, v in load_file(str(src / "model.safetensors")).it
 PYEOF
 timeout "${FINETUNE_TIMEOUT:-330}" $PY benchmarks/gpu_finetune.py --model /tmp/minilm32 --glue-dir .gpu/glue \
   --repeats 1 --peak-tflops "${PEAK_TFLOPS:-989}" --output "$OUT/gpu_finetune.json" 2>&1 | tail -25
-timeout "${LONG_TIMEOUT:-50}" $PY benchmarks/long_attention.py --device cuda --dtypes bf16 --reps 2 \
-  --impls sdpa,window --lengths 1024,4096,16384 --out "$OUT/long_attention_cuda.json" 2>&1 | tail -12
-timeout "${PRETRAIN_TIMEOUT:-100}" $PY benchmarks/gpu_pretrain.py --files .gpu/data/wikitext-2 --tokenizer .gpu/tok \
+# compiles FlexAttention once per length for the baseline and once or twice for ptmlab's kernel; the JSON is
+# rewritten after every length, so a cut-short run keeps what it measured
+timeout "${LONG_TIMEOUT:-170}" $PY benchmarks/long_attention.py --device cuda --dtypes bf16 --reps 2 \
+  --impls sdpa,window --lengths 1024,4096,16384 --out "$OUT/long_attention_cuda.json" 2>&1 | tail -16
+[ "${PRETRAIN:-0}" = 1 ] && timeout "${PRETRAIN_TIMEOUT:-100}" $PY benchmarks/gpu_pretrain.py --files .gpu/data/wikitext-2 --tokenizer .gpu/tok \
   --size base --block-size 128 --batch-size 256 --max-steps "${STEPS:-60}" --json "$OUT/gpu_pretrain.json" 2>&1 | tail -22
 ls "$OUT"

@@ -84,7 +84,9 @@ def test_embedding_share_benchmark_alternates_full_and_frozen_steps(tmp_path):
     assert [r["shape"] for r in res["rows"]] == ["4x16", "2x8"]
     for r in res["rows"]:
         assert r["full_ms"] > 0 and r["frozen_ms"] > 0
-        assert abs(r["embedding_share"] - (1 - r["frozen_ms"] / r["full_ms"])) < 0.01  # the ms are rounded
+        # the ms are rounded to 0.1 and the share to 0.001: allow what that rounding can move the ratio by
+        slack = 0.05 / r["full_ms"] * (1 + r["frozen_ms"] / r["full_ms"]) + 0.0006
+        assert abs(r["embedding_share"] - (1 - r["frozen_ms"] / r["full_ms"])) <= slack
     assert res["embedding_rows"] > 1000 and proc.stdout.count("round ") == 2
 
 

@@ -19,11 +19,17 @@ The function is registered with transformers' ``AttentionInterface`` (and a matc
 entry that hands the 2D padding mask through instead of building an n x n one), so a stock BERT / RoBERTa /
 ELECTRA / DistilBERT runs it with ``attn_implementation="ptmlab_window"``; the window and global positions come from
 ``config.ptmlab_window`` and ``config.ptmlab_global_tokens``.
+
+Which kernel computes it (``kernel_for``): this blockwise one on a CPU, and FlexAttention (``flex.py``) for CUDA
+tensors when no attention dropout is applied (FlexAttention has none), since each is the faster one there
+(measurements in ``flex.py``; FlexAttention has no backward on a CPU, so it never runs there with gradients); the
+environment variable ``PTMLAB_WINDOW_KERNEL=blocks|flex`` or ``set_kernel`` forces one (``auto``: the default).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 import torch
@@ -34,6 +40,31 @@ from ptmlab.core.errors import PtmlabError
 ATTN_NAME = "ptmlab_window"
 DEFAULT_WINDOW = 256
 DEFAULT_GLOBAL = (0,)
+KERNELS = ("auto", "blocks", "flex")
+_KERNEL: dict = {"name": None}  # set_kernel's choice; None: PTMLAB_WINDOW_KERNEL, else auto
+
+
+def set_kernel(name: str | None) -> None:
+    """Force the kernel window attention runs with (``blocks``, ``flex``), or ``auto`` / None for the default."""
+    if name is not None and name not in KERNELS:
+        raise PtmlabError(f"unknown window-attention kernel {name!r}: use one of {', '.join(KERNELS)}")
+    _KERNEL["name"] = name
+
+
+def kernel_for(device: torch.device, dropout: float, grad: bool = False) -> str:
+    """``blocks`` or ``flex`` for a call on ``device`` with attention dropout ``dropout``, ``grad`` if gradients
+    will flow through it (see the module doc; FlexAttention has no dropout, and no backward on a CPU)."""
+    from ptmlab.longseq import flex
+
+    name = _KERNEL["name"] or os.environ.get("PTMLAB_WINDOW_KERNEL", "auto").strip().lower() or "auto"
+    if name not in KERNELS:
+        raise PtmlabError(f"PTMLAB_WINDOW_KERNEL={name!r} is not a window-attention kernel: use one of "
+                          f"{', '.join(KERNELS)}")
+    if name == "auto":
+        name = "flex" if device.type == "cuda" else "blocks"
+    if name == "flex" and (dropout > 0 or (grad and device.type == "cpu") or not flex.available()):
+        return "blocks"
+    return name
 
 
 def even_window(window: int) -> int:
@@ -143,11 +174,21 @@ def _interface_forward(module, query, key, value, attention_mask, scaling=None, 
         raise PtmlabError(f"window attention takes a 2D padding mask (batch, length), got shape "
                           f"{tuple(attention_mask.shape)}: pass attention_mask as 0/1 per token")
     window, glob = window_settings(getattr(module, "config", None))
-    if not module.training:
+    if not module.training or not torch.is_grad_enabled():
         dropout = 0.0
-    out = _window_attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), attention_mask,
-                            window, glob, scaling, dropout)
-    return out, None
+
+    def blocks():
+        return _window_attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), attention_mask,
+                                 window, glob, scaling, dropout)
+
+    if kernel_for(query.device, dropout, query.requires_grad) == "flex":
+        from ptmlab.longseq import flex
+
+        def fast():
+            return flex.flex_window_attention(query, key, value, attention_mask, window, glob, scaling).transpose(1, 2)
+
+        return flex.run_or_fall_back(fast, blocks), None
+    return blocks(), None
 
 
 def _padding_mask(batch_size=None, q_length=None, kv_length=None, attention_mask=None, **kwargs):
