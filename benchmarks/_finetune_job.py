@@ -188,9 +188,11 @@ def run_one_side(sides: dict, name: str, out: str) -> None:
     out_dir.with_suffix(".json").write_text(json.dumps(rec))
 
 
-def alternate(sides: dict, repeats: int, tmp: Path, isolate: bool = False) -> dict[str, list[dict]]:
+def alternate(sides: dict, repeats: int, tmp: Path, isolate: bool = False,
+              progress=None) -> dict[str, list[dict]]:
     """Run every side ``repeats`` times, rotating the order each round; each record carries the load average.
-    ``isolate``: each run in a fresh process (``in_fresh_process``)."""
+    ``isolate``: each run in a fresh process (``in_fresh_process``); ``progress(records)`` after every run (a script
+    with a time limit writes what it has)."""
     names = list(sides)
     records: dict[str, list[dict]] = {n: [] for n in names}
     for r in range(repeats):
@@ -203,12 +205,17 @@ def alternate(sides: dict, repeats: int, tmp: Path, isolate: bool = False) -> di
             records[name].append(rec)
             print(f"  {name:28} round {r}: {rec['examples_per_second']:8.1f} ex/s, dev acc {rec['accuracy']:.4f} "
                   f"(load {before} -> {rec['load_after']})", flush=True)
+            if progress is not None:
+                progress(records)
     return records
 
 
 def summarise(records: dict[str, list[dict]]) -> dict[str, dict]:
+    """Median, spread and accuracy per side (sides with no run yet are left out)."""
     out = {}
     for name, recs in records.items():
+        if not recs:
+            continue
         eps = [r["examples_per_second"] for r in recs]
         acc = [r["accuracy"] for r in recs]
         out[name] = {"examples_per_second_median": round(statistics.median(eps), 2),

@@ -63,18 +63,27 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     job = Job(model=args.model, glue_dir=args.glue_dir, max_train=args.max_train or None,
               precision=resolve_precision("auto", device))
+    # the sides the targets compare first, so a run cut short by a time limit still has them (the JSON is
+    # rewritten after every run, marked "complete": false until the end)
     sides = {"ptmlab": partial(run_ptmlab, job),
-             "trainer_random": partial(run_trainer, job, sampling="random"),
              "trainer_grouped": partial(run_trainer, job, sampling="group_by_length"),
-             "bare_loop": lambda _out: run_bare(job)}
+             "trainer_random": partial(run_trainer, job, sampling="random")}
     if not args.no_compile:
         sides["ptmlab_compiled"] = partial(run_ptmlab, job, compile_mode="reduce-overhead")
+    sides["bare_loop"] = lambda _out: run_bare(job)
+    if not args.no_compile:
         sides["bare_loop_compiled"] = lambda _out: run_bare(job, compile_mode="default")
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
     print(f"job: {job.describe()} on {name}; {args.repeats} alternating rounds")
-    result: dict = {"job": job.describe(), "device": name, "repeats": args.repeats}
+    result: dict = {"job": job.describe(), "device": name, "repeats": args.repeats, "complete": False,
+                    "targets": {"speedup_vs_best_trainer": 2.0, "fraction_of_peak": 0.30}}
+    out = Path(args.output)
+
+    def write_partial(records: dict) -> None:
+        atomic_write_json(out, {**result, "sides": summarise(records), "load_average_now": load_average()})
+
     with tempfile.TemporaryDirectory() as tmp:
-        summary = summarise(alternate(sides, args.repeats, Path(tmp)))
+        summary = summarise(alternate(sides, args.repeats, Path(tmp), progress=write_partial))
         trainers = ("trainer_random", "trainer_grouped")
         best = max(trainers, key=lambda k: summary[k]["examples_per_second_median"])
         ours = max((k for k in summary if k.startswith("ptmlab")),
@@ -95,8 +104,7 @@ def main() -> None:
                                    "accounting": "6 * N_non_embedding * non-padding tokens / training seconds",
                                    "dev_accuracy": rec["accuracy"]}
     result["load_average_end"] = load_average()
-    result["targets"] = {"speedup_vs_best_trainer": 2.0, "fraction_of_peak": 0.30}
-    out = Path(args.output)
+    result["complete"] = True
     atomic_write_json(out, result)
     print_summary(result["sides"])
     print(f"{result['best_ptmlab']} / {result['best_trainer']}: {result['speedup_vs_best_trainer']:.2f}x "

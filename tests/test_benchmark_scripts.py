@@ -129,9 +129,27 @@ def test_gpu_finetune_benchmark_still_runs_on_a_cpu(tmp_path):
     best = res["best_trainer"]
     assert res["speedup_vs_best_trainer"] == pytest.approx(
         sides["ptmlab"]["examples_per_second_median"] / sides[best]["examples_per_second_median"], rel=0.01)
+    assert res["complete"] is True
     fr = res["flop_rate"]
     assert fr["tflops"] > 0 and fr["tflops"] == pytest.approx(
         6 * fr["non_embedding_params"] * fr["tokens"] / fr["train_seconds"] / 1e12, rel=0.01)
+
+
+def test_alternating_sides_report_progress_after_every_run(tmp_path):
+    """A benchmark with a time limit (the GPU check) writes after every run, so what finished survives a cut."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import _finetune_job as job
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    sides = {k: (lambda out, k=k: {"train_seconds": 2.0, "examples": 10 * (1 + "ab".index(k)), "accuracy": 0.5})
+             for k in "ab"}
+    seen = []
+    records = job.alternate(sides, 2, tmp_path,
+                            progress=lambda r: seen.append(json.loads(json.dumps(job.summarise(r)))))  # a copy
+    assert [sorted(s) for s in seen] == [["a"], ["a", "b"], ["a", "b"], ["a", "b"]]
+    assert [len(s["b"]["runs"]) for s in seen[1:]] == [1, 2, 2]  # round 2 starts with b (rotated order)
+    assert job.summarise(records)["b"]["examples_per_second_median"] == 10.0
 
 
 def test_alternate_medians_times_every_side_after_a_call_of_its_own():
