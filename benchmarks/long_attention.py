@@ -123,7 +123,9 @@ def _write(a, rows, impls, dtypes, threads, final: bool) -> None:
 def main() -> int:
     import torch
 
-    from ptmlab.longseq import cost, window
+    from ptmlab.longseq import cost, flex, window
+
+    flex._STATE["compile_cpu"] = True  # window_flex on a CPU: compiled, as on CUDA (eager writes out the scores)
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", help="cpu or cuda")

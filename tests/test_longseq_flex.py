@@ -17,10 +17,12 @@ from ptmlab.longseq.window import ATTN_NAME, kernel_for, set_kernel, window_atte
 
 @pytest.fixture(autouse=True)
 def _fresh_state():
-    saved = dict(flex._STATE)
+    saved, tiles = dict(flex._STATE), dict(flex._TILES)
     yield
     flex._STATE.clear()
     flex._STATE.update(saved)
+    flex._TILES.clear()
+    flex._TILES.update(tiles)
     set_kernel(None)
 
 
@@ -77,6 +79,13 @@ def test_compiled_flex_kernel_uses_the_tile_map_and_survives_a_failed_dynamic_co
         assert torch.allclose(got, window_attention(q, k, v, mask, 64, (0,)), atol=1e-5)
     assert flex._STATE["mode"] in ("dynamic", "static")
     assert flex._STATE["broken"] is None
+    # the compiled kernel computes only the listed tiles (eager FlexAttention would ignore the list): with the
+    # [CLS] tile dropped from every row's list the result changes, so what ran above was the compiled kernel
+    num, idx = flex._tiles(384, 32, (0,), "cpu")
+    flex._TILES[(384, 32, (0,), "cpu")] = (torch.ones_like(num), torch.arange(3, dtype=torch.int32).view(1, 1, 3, 1)
+                                          .expand(1, 1, 3, 3).contiguous())
+    q, k, v, mask = _qkv_mask(2, 384, seed=384)
+    assert not torch.allclose(flex.flex_window_attention(q, k, v, mask, 64, (0,)), got, atol=1e-3)
 
 
 def test_kernel_choice_by_device_dropout_and_setting(monkeypatch):
