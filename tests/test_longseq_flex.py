@@ -49,22 +49,43 @@ def test_flex_kernel_equals_the_blockwise_kernel_with_padding(n, win, glob):
 
 
 @pytest.mark.parametrize("n_pad,half,gpos", [(512, 32, (0,)), (1024, 128, (0, 700)), (2048, 128, ()),
-                                             (384, 1, (0, 128)), (256, 512, (0,))])
-def test_tile_map_holds_exactly_the_tiles_with_an_allowed_pair(n_pad, half, gpos):
-    """Compiled FlexAttention computes only the listed tiles, so a missing one would silently drop attention."""
-    num, idx = flex._tiles(n_pad, half, gpos, "cpu")
+                                             (384, 1, (0, 128)), (256, 512, (0,)), (1024, 300, (0,))])
+def test_tile_maps_are_exact(n_pad, half, gpos):
+    """Compiled FlexAttention computes only the listed tiles and skips the mask inside "full" ones, so a missing
+    tile would silently drop attention and a wrongly full one would let a token see too far."""
+    need, full = flex._tiles(n_pad, half, gpos, "cpu")
     nb = n_pad // flex.TILE
-    listed = torch.zeros(nb, nb, dtype=torch.bool)
-    for qb in range(nb):
-        listed[qb, idx[0, 0, qb, :num[0, 0, qb]].long()] = True
     i = torch.arange(n_pad)
     g = torch.zeros(n_pad, dtype=torch.bool)
     g[list(gpos)] = True
     allowed = ((i[:, None] - i[None, :]).abs() <= half) | g[:, None] | g[None, :]
-    any_allowed = allowed.view(nb, flex.TILE, nb, flex.TILE).any(3).any(1)
-    assert torch.equal(listed, any_allowed)
+    tiles = allowed.view(nb, flex.TILE, nb, flex.TILE)
+    assert torch.equal(need, tiles.any(3).any(1))
+    band = ((i[:, None] - i[None, :]).abs() <= half).view(nb, flex.TILE, nb, flex.TILE)
+    assert torch.equal(full, band.all(3).all(1))
     if n_pad == 2048 and not gpos:
-        assert int(num.max()) == 3  # the band touches 3 of 16 tiles per query tile: the kernel's work is linear
+        assert int(need.sum(1).max()) == 3  # the band touches 3 of 16 tiles per query tile: the work is linear
+
+
+def test_block_mask_lists_partial_and_full_tiles_per_sequence_and_is_reused_across_layers():
+    q, k, v, mask = _qkv_mask(3, 600, seed=2)  # 600 tokens: 5 tiles, the last one partly internal padding
+    bm = flex._block_mask(mask, 3, 600, 640, 128, (0,), "cpu")
+    assert flex._block_mask(mask, 3, 600, 640, 128, (0,), "cpu") is bm  # the next layer: same mask object
+    mask2 = mask.clone()
+    assert flex._block_mask(mask2, 3, 600, 640, 128, (0,), "cpu") is not bm
+    need, band_full = flex._tiles(640, 128, (0,), "cpu")
+    for b in range(3):
+        real = torch.zeros(640, dtype=torch.bool)
+        real[:600] = mask[b]
+        tile_real = real.view(5, flex.TILE).all(-1)
+        full = torch.zeros(5, 5, dtype=torch.bool)
+        part = torch.zeros(5, 5, dtype=torch.bool)
+        for qb in range(5):
+            full[qb, bm.full_kv_indices[b, 0, qb, :bm.full_kv_num_blocks[b, 0, qb]].long()] = True
+            part[qb, bm.kv_indices[b, 0, qb, :bm.kv_num_blocks[b, 0, qb]].long()] = True
+        assert torch.equal(full, band_full & tile_real[None, :])  # a tile holding padding is never full
+        assert torch.equal(full | part, need) and not (full & part).any()
+    assert int(bm.full_kv_num_blocks[2, 0].sum()) < int(bm.full_kv_num_blocks[0, 0].sum())  # more padding
 
 
 @pytest.mark.slow
@@ -81,9 +102,7 @@ def test_compiled_flex_kernel_uses_the_tile_map_and_survives_a_failed_dynamic_co
     assert flex._STATE["broken"] is None
     # the compiled kernel computes only the listed tiles (eager FlexAttention would ignore the list): with the
     # [CLS] tile dropped from every row's list the result changes, so what ran above was the compiled kernel
-    num, idx = flex._tiles(384, 32, (0,), "cpu")
-    flex._TILES[(384, 32, (0,), "cpu")] = (torch.ones_like(num), torch.arange(3, dtype=torch.int32).view(1, 1, 3, 1)
-                                          .expand(1, 1, 3, 3).contiguous())
+    flex._TILES[(384, 32, (0,), "cpu")] = (torch.eye(3, dtype=torch.bool), torch.zeros(3, 3, dtype=torch.bool))
     q, k, v, mask = _qkv_mask(2, 384, seed=384)
     assert not torch.allclose(flex.flex_window_attention(q, k, v, mask, 64, (0,)), got, atol=1e-3)
 

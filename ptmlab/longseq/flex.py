@@ -7,13 +7,14 @@ than compiled FlexAttention, BENCHMARKS.md). So ``window`` sends CUDA tensors he
 the CPU; ``PTMLAB_WINDOW_KERNEL=blocks|flex`` (or ``set_kernel``) forces one for comparison.
 
 The attention pattern is the same (``|i - j| <= window / 2``, global positions attend and are attended everywhere,
-padded keys never): the mask is the ``mask_mod`` below, and which 128 x 128 tiles can hold an allowed pair is
-worked out directly from the band and the global positions (``_tiles``), never by evaluating an n x n mask, so
-building the block mask costs O((n / 128)²) booleans. Sequences are padded to a multiple of 128 (padded keys masked,
-padded queries cut off) so that a run with varying lengths meets few distinct shapes. FlexAttention has no dropout,
-so training with attention dropout stays on the blockwise kernel. On CUDA the call is compiled (``_run``); any
-failure there falls back to the blockwise kernel, with one warning, so a model never stops running because of this
-path.
+padded keys never): the mask is the ``mask_mod`` of ``_block_mask``, and which 128 x 128 tiles can hold an allowed
+pair, and which hold only allowed pairs (FlexAttention's "full" tiles, where it skips the mask function), is worked
+out directly from the band, the global positions and the padding (``_tiles``), never by evaluating an n x n mask,
+so building the block mask costs O((n / 128)²) booleans per sequence. Sequences are padded to a multiple of 128
+(padded keys masked, padded queries cut off) so that a run with varying lengths meets few distinct shapes.
+FlexAttention has no dropout, so training with attention dropout stays on the blockwise kernel. On CUDA the call
+is compiled (``_run``); any failure there falls back to the blockwise kernel, with one warning, so a model never
+stops running because of this path.
 """
 
 from __future__ import annotations
@@ -41,23 +42,76 @@ def available() -> bool:
 
 
 def _tiles(n_pad: int, half: int, gpos: tuple[int, ...], device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(kv_num_blocks, kv_indices) of a (1, 1) block mask: for every query tile, the key tiles within the band,
-    the tiles holding a global key, and every tile for a query tile holding a global query."""
+    """Two (tiles x tiles) boolean maps for a query tile against a key tile: ``need``, the pair holds at least one
+    allowed (query, key) pair (the band, a global key, a global query), and ``full``, every pair of it lies within
+    the band, so with no padded key the kernel can skip the mask function there. Cached per shape, and made outside
+    inference mode so a map first built while evaluating can serve training."""
     key = (n_pad, half, gpos, str(device))
     if key not in _TILES:
-        nb = n_pad // TILE
-        q = torch.arange(nb)
-        lo = torch.clamp((q * TILE - half) // TILE, min=0)
-        hi = torch.clamp((q * TILE + TILE - 1 + half) // TILE, max=nb - 1)
-        kv = torch.arange(nb)
-        need = (kv[None, :] >= lo[:, None]) & (kv[None, :] <= hi[:, None])
-        gtiles = sorted({p // TILE for p in gpos})
-        need[:, gtiles] = True
-        need[gtiles, :] = True
-        num = need.sum(1).to(torch.int32)
-        order = torch.argsort((~need).to(torch.int8), dim=1, stable=True).to(torch.int32)  # needed tiles first
-        _TILES[key] = (num[None, None].to(device), order[None, None].to(device).contiguous())
+        with torch.inference_mode(False):
+            nb = n_pad // TILE
+            q = torch.arange(nb)
+            lo = torch.clamp((q * TILE - half) // TILE, min=0)
+            hi = torch.clamp((q * TILE + TILE - 1 + half) // TILE, max=nb - 1)
+            kv = torch.arange(nb)
+            need = (kv[None, :] >= lo[:, None]) & (kv[None, :] <= hi[:, None])
+            gtiles = sorted({p // TILE for p in gpos})
+            need[:, gtiles] = True
+            need[gtiles, :] = True
+            # the farthest pair of tiles qb, kb is |qb - kb| * TILE + TILE - 1 apart
+            full = (q[:, None] - kv[None, :]).abs() * TILE + TILE - 1 <= half
+            _TILES[key] = (need.to(device), full.to(device))
     return _TILES[key]
+
+
+def _block_mask(key_mask: torch.Tensor | None, b: int, n: int, n_pad: int, half: int, gpos: tuple[int, ...],
+                device):
+    """The BlockMask of one forward pass: the tile maps of ``_tiles`` per sequence (a key tile holding padding is
+    never full), and the mask function for the pairs inside partial tiles. Every layer of a forward pass gets the
+    same padding mask object, so the last one built is reused while that object is unchanged."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    stamp = (n, n_pad, half, gpos, str(device), b, None if key_mask is None else key_mask._version)
+    last = _STATE.get("last")
+    if last is not None and last[0] == stamp and last[1]() is key_mask:
+        return last[2]
+    key_ok = torch.zeros(b if key_mask is not None else 1, n_pad, dtype=torch.bool, device=device)
+    key_ok[:, :n] = True if key_mask is None else key_mask.to(device=device, dtype=torch.bool)
+    is_global = torch.zeros(n_pad, dtype=torch.bool, device=device)
+    is_global[list(gpos)] = True
+    if key_mask is None and n == n_pad:  # every key real: the band and the global positions only
+
+        def mask_mod(bi, h, qi, ki):
+            return ((qi - ki).abs() <= half) | is_global[qi] | is_global[ki]
+    elif key_mask is None:
+        real = key_ok[0]
+
+        def mask_mod(bi, h, qi, ki):
+            return real[ki] & (((qi - ki).abs() <= half) | is_global[qi] | is_global[ki])
+    else:
+        def mask_mod(bi, h, qi, ki):
+            return key_ok[bi, ki] & (((qi - ki).abs() <= half) | is_global[qi] | is_global[ki])
+
+    need, band_full = _tiles(n_pad, half, gpos, device)
+    tile_real = key_ok.view(key_ok.shape[0], -1, TILE).all(-1)  # (B or 1, tiles): no padded key in the tile
+    full = band_full[None] & tile_real[:, None, :]
+    partial = need[None] & ~full
+
+    def listing(m: torch.Tensor):  # (B, tiles, tiles) bool -> counts (B, 1, tiles), indices (B, 1, tiles, tiles)
+        order = torch.argsort((~m).to(torch.int8), dim=-1, stable=True)  # listed tiles first, in order
+        return m.sum(-1).to(torch.int32)[:, None], order.to(torch.int32)[:, None].contiguous()
+
+    num, idx = listing(partial)
+    fnum, fidx = listing(full)
+    block_mask = BlockMask.from_kv_blocks(num, idx, fnum, fidx, BLOCK_SIZE=TILE, mask_mod=mask_mod,
+                                          seq_lengths=(n_pad, n_pad))
+    if key_mask is not None:
+        import weakref
+
+        _STATE["last"] = (stamp, weakref.ref(key_mask), block_mask)
+    else:
+        _STATE["last"] = (stamp, lambda: None, block_mask)
+    return block_mask
 
 
 def _call(query, key, value, block_mask, scale):
@@ -106,8 +160,6 @@ def flex_window_attention(query: torch.Tensor, key: torch.Tensor, value: torch.T
     query/key/value: (batch, heads, n, head_dim); key_mask: (batch, n) bool, True where a token is real (None: all
     real). Returns (batch, heads, n, head_dim). Rows with no visible key come out as 0, as in ``window``.
     """
-    from torch.nn.attention.flex_attention import BlockMask
-
     from ptmlab.longseq.window import even_window
 
     b, _, n, _ = query.shape
@@ -115,19 +167,10 @@ def flex_window_attention(query: torch.Tensor, key: torch.Tensor, value: torch.T
     half = even_window(window) // 2
     n_pad = math.ceil(n / TILE) * TILE
     gpos = tuple(sorted({int(p) for p in global_positions if 0 <= int(p) < n}))
-    key_ok = torch.zeros(b, n_pad, dtype=torch.bool, device=dev)
-    key_ok[:, :n] = True if key_mask is None else key_mask.to(device=dev, dtype=torch.bool)
-    is_global = torch.zeros(n_pad, dtype=torch.bool, device=dev)
-    is_global[list(gpos)] = True
     if n_pad != n:
         pad = (0, 0, 0, n_pad - n)
         query, key, value = (torch.nn.functional.pad(t, pad) for t in (query, key, value))
-
-    def mask_mod(bi, h, qi, ki):
-        return key_ok[bi, ki] & (((qi - ki).abs() <= half) | is_global[qi] | is_global[ki])
-
-    num, idx = _tiles(n_pad, half, gpos, dev)
-    block_mask = BlockMask.from_kv_blocks(num, idx, BLOCK_SIZE=TILE, mask_mod=mask_mod, seq_lengths=(n_pad, n_pad))
+    block_mask = _block_mask(key_mask, b, n, n_pad, half, gpos, dev)
     out = _run(query, key, value, block_mask, scaling)
     return out[:, :, :n]
 
