@@ -165,12 +165,15 @@ def test_a_stock_bert_runs_the_flex_kernel_and_training_with_dropout_keeps_the_b
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fast = model(input_ids=ids, attention_mask=mask).last_hidden_state
-    assert len(used) == 2  # one call per layer
-    assert torch.allclose(blocks, fast, atol=1e-5)
+        with torch.inference_mode():  # how evaluation and serving run: the padding mask is an inference tensor
+            served = model(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert len(used) == 4  # one call per layer and pass
+    assert torch.allclose(blocks, fast, atol=1e-5) and torch.allclose(blocks, served, atol=1e-5)
+    assert flex._STATE["broken"] is None  # the flex kernel itself ran, it did not fall back
     model.train()  # attention dropout 0.1, gradients on a CPU: the blockwise kernel runs
     model(input_ids=ids, attention_mask=mask).last_hidden_state.sum().backward()
-    assert len(used) == 2
+    assert len(used) == 4
     model.eval()  # no dropout, but gradients (an attribution on a CPU): still the blockwise kernel
     model(input_ids=ids, attention_mask=mask).last_hidden_state.sum().backward()
-    assert len(used) == 2
+    assert len(used) == 4
     assert window.kernel_for(torch.device("cuda"), 0.1) == "blocks"

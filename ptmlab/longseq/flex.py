@@ -64,6 +64,14 @@ def _tiles(n_pad: int, half: int, gpos: tuple[int, ...], device) -> tuple[torch.
     return _TILES[key]
 
 
+def _version(t: torch.Tensor | None) -> int | None:
+    """A tensor's in-place version counter (None for no tensor, or an inference-mode tensor, which has none and
+    cannot be changed in place outside inference mode)."""
+    if t is None or t.is_inference():
+        return None
+    return t._version
+
+
 def _block_mask(key_mask: torch.Tensor | None, b: int, n: int, n_pad: int, half: int, gpos: tuple[int, ...],
                 device):
     """The BlockMask of one forward pass: the tile maps of ``_tiles`` per sequence (a key tile holding padding is
@@ -71,7 +79,7 @@ def _block_mask(key_mask: torch.Tensor | None, b: int, n: int, n_pad: int, half:
     same padding mask object, so the last one built is reused while that object is unchanged."""
     from torch.nn.attention.flex_attention import BlockMask
 
-    stamp = (n, n_pad, half, gpos, str(device), b, None if key_mask is None else key_mask._version)
+    stamp = (n, n_pad, half, gpos, str(device), b, _version(key_mask))
     last = _STATE.get("last")
     if last is not None and last[0] == stamp and last[1]() is key_mask:
         return last[2]
