@@ -71,6 +71,10 @@ def test_block_mask_lists_partial_and_full_tiles_per_sequence_and_is_reused_acro
     q, k, v, mask = _qkv_mask(3, 600, seed=2)  # 600 tokens: 5 tiles, the last one partly internal padding
     bm = flex._block_mask(mask, 3, 600, 640, 128, (0,), "cpu")
     assert flex._block_mask(mask, 3, 600, 640, 128, (0,), "cpu") is bm  # the next layer: same mask object
+    with torch.inference_mode():  # not reused across modes: inference tensors cannot be saved for a backward
+        assert flex._block_mask(mask, 3, 600, 640, 128, (0,), "cpu") is not bm
+    none = flex._block_mask(None, 3, 640, 640, 128, (0,), "cpu")
+    assert flex._block_mask(None, 3, 640, 640, 128, (0,), "cpu") is none
     mask2 = mask.clone()
     assert flex._block_mask(mask2, 3, 600, 640, 128, (0,), "cpu") is not bm
     need, band_full = flex._tiles(640, 128, (0,), "cpu")

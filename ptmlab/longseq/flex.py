@@ -79,7 +79,9 @@ def _block_mask(key_mask: torch.Tensor | None, b: int, n: int, n_pad: int, half:
     same padding mask object, so the last one built is reused while that object is unchanged."""
     from torch.nn.attention.flex_attention import BlockMask
 
-    stamp = (n, n_pad, half, gpos, str(device), b, _version(key_mask))
+    # inference mode is part of the stamp: a mask built under it holds inference tensors, which a later pass
+    # with gradients could not save for its backward
+    stamp = (n, n_pad, half, gpos, str(device), b, _version(key_mask), torch.is_inference_mode_enabled())
     last = _STATE.get("last")
     if last is not None and last[0] == stamp and last[1]() is key_mask:
         return last[2]
