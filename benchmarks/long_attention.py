@@ -54,6 +54,36 @@ def _register_flex(model, length: int, window: int, global_tokens: list[int], de
     model.set_attn_implementation("bench_flex")
 
 
+def _kernel_check(device: str) -> dict:
+    """ptmlab's two window kernels on this device against each other: 2 sequences of 1,000 tokens (not a multiple
+    of the 128-token tiles), the second padded from 700, window 256 + [CLS], fp32; forward outputs and, where
+    FlexAttention has a backward (not on a CPU), the gradients of q, k and v."""
+    import torch
+
+    from ptmlab.longseq import flex
+    from ptmlab.longseq.window import window_attention
+
+    g = torch.Generator().manual_seed(0)
+    grad = not device.startswith("cpu")
+    q, k, v, w = (torch.randn(2, 12, 1000, 32, generator=g).to(device) for _ in range(4))
+    q, k, v = (t.requires_grad_(grad) for t in (q, k, v))
+    mask = torch.ones(2, 1000, dtype=torch.bool, device=device)
+    mask[1, 700:] = False
+    res = {}
+    for name, fn in (("blocks", window_attention), ("flex", flex.flex_window_attention)):
+        with torch.set_grad_enabled(grad):
+            y = fn(q, k, v, mask, 256, (0,))
+            res[name] = (y.detach(), torch.autograd.grad((y * w).sum(), (q, k, v)) if grad else ())
+    out = {"length": 1000, "padded_from": 700, "dtype": "fp32", "window": 256,
+           "max_abs_diff_forward": (res["blocks"][0] - res["flex"][0]).abs().max().item(),
+           "max_abs_diff_grad": max(((a - b).abs().max().item() for a, b in zip(*(res[k][1] for k in res),
+                                                                                 strict=True)), default=None),
+           "flex_compile_mode": flex._STATE["mode"], "flex_failed": flex._STATE["broken"]}
+    print(f"kernel check: forward max |blocks - flex| {out['max_abs_diff_forward']:.2e}, gradients "
+          f"{out['max_abs_diff_grad']}", flush=True)
+    return out
+
+
 def _write(a, rows, impls, dtypes, threads, final: bool) -> None:
     """Summarise ``rows`` so far and write the JSON (after each phase, so a run cut short keeps its latencies)."""
     import torch
@@ -99,7 +129,8 @@ def _write(a, rows, impls, dtypes, threads, final: bool) -> None:
               "global_tokens": [0], "reps": a.reps, "model": "MiniLM-L6-shaped BERT, random weights, batch 1",
               "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
               "note": "best of reps; the CPU is shared with other processes, so absolute times are noisy",
-              "targets": TARGETS, "summary": summary, "verdict": verdict, "rows": rows}
+              "targets": TARGETS, "summary": summary, "verdict": verdict, "rows": rows,
+              "kernel_check": a.kernel_check_result}
     atomic_write_json(out, result)
     png = out.rsplit(".", 1)[0] + ".png"
     with open(png, "wb") as f:
@@ -139,6 +170,8 @@ def main() -> int:
     p.add_argument("--eager-max-gb", type=float, default=6.0, help="skip eager where its score tensors exceed this")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: OMP_NUM_THREADS or all cores)")
     p.add_argument("--out", default=None)
+    p.add_argument("--kernel-check", action=argparse.BooleanOptionalAction, default=None,
+                   help="first compare ptmlab's blockwise and FlexAttention kernels (default: on CUDA)")
     a = p.parse_args()
 
     if a.device.startswith("cuda") and not torch.cuda.is_available():
@@ -156,6 +189,9 @@ def main() -> int:
     unknown = [i for i in impls if i not in names and i != "flex"]
     if unknown:
         raise SystemExit(f"error: unknown --impls {', '.join(unknown)}: use {', '.join(names)} or flex")
+    a.kernel_check_result = None
+    if a.kernel_check or (a.kernel_check is None and a.device != "cpu"):
+        a.kernel_check_result = _kernel_check(a.device)
     model = cost.minilm_shaped_model(max(lengths), window=a.window).to(a.device)
     rows = []
     for phase in ("latency", "memory"):  # memory last: measuring it slows the allocator (see cost.py)
