@@ -3,8 +3,9 @@
 # tool), in order of what is still unmeasured:
 #   1. the fine-tuning loop vs transformers' Trainer and a bare loop on SST-2, bf16 (benchmarks/gpu_finetune.py,
 #      issue 18: >= 2x the Trainer at batch 32, >= 30% of the bf16 peak at the largest batch)
-#   2. long-input attention cost on CUDA: ptmlab's window attention (its CUDA kernel, FlexAttention, and its
-#      blockwise kernel) against sdpa and a plain FlexAttention baseline (benchmarks/long_attention.py, issue 14)
+#   2. long-input attention on CUDA: first ptmlab's two window kernels against each other (outputs and gradients,
+#      with padding), then the cost of its window attention (its CUDA kernel, FlexAttention, and its blockwise
+#      kernel) against sdpa and a plain FlexAttention baseline (benchmarks/long_attention.py, issue 14)
 #   3. only with PRETRAIN=1 (measured in session 12, issue 12 resolved): ptmlab's MLM pre-training engine on CUDA,
 #      tokens/s and share of the bf16 peak (benchmarks/gpu_pretrain.py)
 # Everything they read travels in .gpu/ (`bash scripts/gpu_prepare.sh` builds it here; carry: [".gpu"]).
