@@ -199,5 +199,9 @@ def test_flex_baseline_of_the_long_attention_benchmark_equals_window_attention_a
             flex = model(input_ids=ids).last_hidden_state
         assert torch.allclose(window, flex, atol=1e-4), (n, (window - flex).abs().max())
     # the check the GPU run starts with: ptmlab's two kernels agree (on a CPU forward only: no flex backward there)
-    check = bench._kernel_check("cpu")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # uncompiled FlexAttention warns that it is uncompiled: this is the check
+        check = bench._kernel_check("cpu")
     assert check["max_abs_diff_forward"] < 1e-5 and check["max_abs_diff_grad"] is None and not check["flex_failed"]
