@@ -191,7 +191,11 @@ def main() -> int:
         raise SystemExit(f"error: unknown --impls {', '.join(unknown)}: use {', '.join(names)} or flex")
     a.kernel_check_result = None
     if a.kernel_check or (a.kernel_check is None and a.device != "cpu"):
-        a.kernel_check_result = _kernel_check(a.device)
+        try:
+            a.kernel_check_result = _kernel_check(a.device)
+        except Exception as e:  # noqa: BLE001 - a failed check is a result; the timings still run
+            a.kernel_check_result = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+            print(f"kernel check failed: {a.kernel_check_result['error']}", flush=True)
     model = cost.minilm_shaped_model(max(lengths), window=a.window).to(a.device)
     rows = []
     for phase in ("latency", "memory"):  # memory last: measuring it slows the allocator (see cost.py)
