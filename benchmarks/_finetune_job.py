@@ -189,17 +189,27 @@ def run_one_side(sides: dict, name: str, out: str) -> None:
 
 
 def alternate(sides: dict, repeats: int, tmp: Path, isolate: bool = False,
-              progress=None) -> dict[str, list[dict]]:
+              progress=None, keep_going: bool = False) -> dict[str, list[dict]]:
     """Run every side ``repeats`` times, rotating the order each round; each record carries the load average.
     ``isolate``: each run in a fresh process (``in_fresh_process``); ``progress(records)`` after every run (a script
-    with a time limit writes what it has)."""
+    with a time limit writes what it has); ``keep_going``: a side that raises is recorded as ``{"error": ...}`` and
+    the others still run (a one-shot run on a lent GPU)."""
     names = list(sides)
     records: dict[str, list[dict]] = {n: [] for n in names}
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
             before = load_average()
             out = tmp / f"{name}-{r}"
-            rec = in_fresh_process(name, out) if isolate else sides[name](out)
+            try:
+                rec = in_fresh_process(name, out) if isolate else sides[name](out)
+            except Exception as e:
+                if not keep_going:
+                    raise
+                records[name].append({"error": f"{type(e).__name__}: {str(e)[:500]}", "round": r})
+                print(f"  {name:28} round {r}: failed: {records[name][-1]['error']}", flush=True)
+                if progress is not None:
+                    progress(records)
+                continue
             rec["examples_per_second"] = round(rec["examples"] / rec["train_seconds"], 2)
             rec.update(load_before=before, load_after=load_average(), round=r)
             records[name].append(rec)
@@ -211,14 +221,19 @@ def alternate(sides: dict, repeats: int, tmp: Path, isolate: bool = False,
 
 
 def summarise(records: dict[str, list[dict]]) -> dict[str, dict]:
-    """Median, spread and accuracy per side (sides with no run yet are left out)."""
+    """Median, spread and accuracy per side over its successful runs (sides with no run yet are left out; a side
+    whose every run failed has only its ``errors``)."""
     out = {}
-    for name, recs in records.items():
+    for name, all_recs in records.items():
+        recs = [r for r in all_recs if "error" not in r]
+        errors = [r["error"] for r in all_recs if "error" in r]
+        if errors:
+            out[name] = {"errors": errors}
         if not recs:
             continue
         eps = [r["examples_per_second"] for r in recs]
         acc = [r["accuracy"] for r in recs]
-        out[name] = {"examples_per_second_median": round(statistics.median(eps), 2),
+        out[name] = {**out.get(name, {}), "examples_per_second_median": round(statistics.median(eps), 2),
                      "examples_per_second_min": min(eps), "examples_per_second_max": max(eps),
                      "accuracy_median": round(statistics.median(acc), 4), "accuracy_runs": acc, "runs": recs}
     return out
@@ -228,5 +243,8 @@ def print_summary(summary: dict[str, dict]) -> None:
     w = max(20, *(len(n) + 1 for n in summary))
     print(f"{'side':{w}} {'ex/s median':>12} {'[min, max]':>20} {'dev acc':>8}")
     for name, s in summary.items():
+        if "examples_per_second_median" not in s:
+            print(f"{name:{w}} failed: {s['errors'][0]}")
+            continue
         spread = f"[{s['examples_per_second_min']:.1f}, {s['examples_per_second_max']:.1f}]"
         print(f"{name:{w}} {s['examples_per_second_median']:>12.1f} {spread:>20} {s['accuracy_median']:>8.4f}")

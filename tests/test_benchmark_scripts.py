@@ -136,7 +136,8 @@ def test_gpu_finetune_benchmark_still_runs_on_a_cpu(tmp_path):
 
 
 def test_alternating_sides_report_progress_after_every_run(tmp_path):
-    """A benchmark with a time limit (the GPU check) writes after every run, so what finished survives a cut."""
+    """A benchmark with a time limit (the GPU check) writes after every run, so what finished survives a cut; with
+    keep_going a side that fails is recorded and the others still run."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import _finetune_job as job
@@ -150,6 +151,17 @@ def test_alternating_sides_report_progress_after_every_run(tmp_path):
     assert [sorted(s) for s in seen] == [["a"], ["a", "b"], ["a", "b"], ["a", "b"]]
     assert [len(s["b"]["runs"]) for s in seen[1:]] == [1, 2, 2]  # round 2 starts with b (rotated order)
     assert job.summarise(records)["b"]["examples_per_second_median"] == 10.0
+
+    def broken(out):
+        raise RuntimeError("CUDA graphs refused")
+
+    with pytest.raises(RuntimeError):
+        job.alternate({**sides, "c": broken}, 1, tmp_path)
+    records = job.alternate({"c": broken, **sides}, 1, tmp_path, keep_going=True)  # one failure stops nothing
+    summary = job.summarise(records)
+    assert summary["c"] == {"errors": ["RuntimeError: CUDA graphs refused"]}
+    assert summary["a"]["examples_per_second_median"] == 5.0 and summary["b"]["runs"][0]["round"] == 0
+    job.print_summary(summary)
 
 
 def test_alternate_medians_times_every_side_after_a_call_of_its_own():
