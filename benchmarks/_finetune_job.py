@@ -14,6 +14,7 @@ Fairness rules every benchmark built on this follows:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import time
@@ -100,12 +101,16 @@ def run_trainer(job: Job, out: Path, sampling: str = "random") -> dict:
     ds = Dataset.from_dict({**{k: enc[k] for k in enc.keys()}, "labels": list(train.label)})
     set_seed(job.seed)
     model = load_model(job.model, num_labels=spec.num_labels)  # the same stock transformers class on every side
+    # transformers >= 5 names the sampler; older releases (a GPU machine's own install) had only group_by_length
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    sampler = ({"train_sampling_strategy": sampling} if "train_sampling_strategy" in names
+               else {"group_by_length": sampling == "group_by_length"})
     targs = TrainingArguments(output_dir=str(out), per_device_train_batch_size=job.batch_size,
                               learning_rate=job.lr, num_train_epochs=job.epochs, warmup_steps=job.warmup,
                               lr_scheduler_type="linear", weight_decay=0.01, seed=job.seed, report_to=[],
                               save_strategy="no", eval_strategy="no", logging_steps=50, disable_tqdm=True,
                               bf16=job.precision == "bf16", use_cpu=not torch.cuda.is_available(),
-                              train_sampling_strategy=sampling, dataloader_num_workers=0)
+                              dataloader_num_workers=0, **sampler)
     trainer = Trainer(model=model, args=targs, train_dataset=ds, data_collator=DataCollatorWithPadding(tok))
     t0 = time.perf_counter()
     trainer.train()
