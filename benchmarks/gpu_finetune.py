@@ -71,10 +71,9 @@ def main() -> None:
     sides = {"ptmlab": partial(run_ptmlab, job),
              "trainer_grouped": partial(run_trainer, job, sampling="group_by_length"),
              "trainer_random": partial(run_trainer, job, sampling="random")}
-    if not args.no_compile:
-        sides["ptmlab_compiled"] = partial(run_ptmlab, job, compile_mode="reduce-overhead")
     references = {"bare_loop": lambda _out: run_bare(job)}
     if not args.no_compile:
+        sides["ptmlab_compiled"] = partial(run_ptmlab, job, compile_mode="reduce-overhead")
         references["bare_loop_compiled"] = lambda _out: run_bare(job, compile_mode="default")
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
     print(f"job: {job.describe()} on {name}; {args.repeats} alternating rounds")

@@ -76,7 +76,7 @@ def _kernel_check(device: str) -> dict:
             res[name] = (y.detach(), torch.autograd.grad((y * w).sum(), (q, k, v)) if grad else ())
     out = {"length": 1000, "padded_from": 700, "dtype": "fp32", "window": 256,
            "max_abs_diff_forward": (res["blocks"][0] - res["flex"][0]).abs().max().item(),
-           "max_abs_diff_grad": max(((a - b).abs().max().item() for a, b in zip(*(res[k][1] for k in res),
+           "max_abs_diff_grad": max(((a - b).abs().max().item() for a, b in zip(res["blocks"][1], res["flex"][1],
                                                                                  strict=True)), default=None),
            "flex_compile_mode": flex._STATE["mode"], "flex_failed": flex._STATE["broken"]}
     print(f"kernel check: forward max |blocks - flex| {out['max_abs_diff_forward']:.2e}, gradients "
@@ -84,8 +84,9 @@ def _kernel_check(device: str) -> dict:
     return out
 
 
-def _write(a, rows, impls, dtypes, threads, final: bool) -> None:
-    """Summarise ``rows`` so far and write the JSON (after each phase, so a run cut short keeps its latencies)."""
+def _write(a, rows, impls, dtypes, threads, kernel_check: dict | None, final: bool) -> None:
+    """Summarise ``rows`` so far and write the JSON and the plot (after every length, so a run cut short keeps
+    what it measured); ``final`` also prints the summary."""
     import torch
 
     from ptmlab.core.io import atomic_write_json
@@ -130,7 +131,7 @@ def _write(a, rows, impls, dtypes, threads, final: bool) -> None:
               "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
               "note": "best of reps; the CPU is shared with other processes, so absolute times are noisy",
               "targets": TARGETS, "summary": summary, "verdict": verdict, "rows": rows,
-              "kernel_check": a.kernel_check_result}
+              "kernel_check": kernel_check}
     atomic_write_json(out, result)
     png = out.rsplit(".", 1)[0] + ".png"
     with open(png, "wb") as f:
@@ -189,13 +190,13 @@ def main() -> int:
     unknown = [i for i in impls if i not in names and i != "flex"]
     if unknown:
         raise SystemExit(f"error: unknown --impls {', '.join(unknown)}: use {', '.join(names)} or flex")
-    a.kernel_check_result = None
+    check = None
     if a.kernel_check or (a.kernel_check is None and a.device != "cpu"):
         try:
-            a.kernel_check_result = _kernel_check(a.device)
+            check = _kernel_check(a.device)
         except Exception as e:  # noqa: BLE001 - a failed check is a result; the timings still run
-            a.kernel_check_result = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
-            print(f"kernel check failed: {a.kernel_check_result['error']}", flush=True)
+            check = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+            print(f"kernel check failed: {check['error']}", flush=True)
     model = cost.minilm_shaped_model(max(lengths), window=a.window).to(a.device)
     rows = []
     for phase in ("latency", "memory"):  # memory last: measuring it slows the allocator (see cost.py)
@@ -227,8 +228,8 @@ def main() -> int:
                         row["peak_mb"] = cost.measure_peak_memory(model, n, a.device)
                     print(f"{phase} {dtype} {n:>6} {impl:>7}: {row['latency_s']:.3f} s"
                           + (f", peak +{row['peak_mb'] or 0:.0f} MiB" if phase == "memory" else ""), flush=True)
-                _write(a, rows, impls, dtypes, threads, final=False)  # a run cut short keeps what it has
-    _write(a, rows, impls, dtypes, threads, final=True)
+                _write(a, rows, impls, dtypes, threads, check, final=False)  # a run cut short keeps it
+    _write(a, rows, impls, dtypes, threads, check, final=True)
     return 0
 
 

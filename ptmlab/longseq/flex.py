@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -31,14 +32,15 @@ _TILES: dict = {}
 
 
 def available() -> bool:
-    """Whether this PyTorch has FlexAttention and the last compiled call did not fail."""
-    if _STATE["broken"] is not None:
-        return False
-    try:
-        import torch.nn.attention.flex_attention  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether this PyTorch has FlexAttention and no compiled call has failed (asked once per layer and pass, so the
+    import check is made once)."""
+    if "importable" not in _STATE:
+        try:
+            import torch.nn.attention.flex_attention  # noqa: F401
+            _STATE["importable"] = True
+        except ImportError:
+            _STATE["importable"] = False
+    return _STATE["importable"] and _STATE["broken"] is None
 
 
 def _tiles(n_pad: int, half: int, gpos: tuple[int, ...], device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,14 +95,11 @@ def _block_mask(key_mask: torch.Tensor | None, b: int, n: int, n_pad: int, half:
 
         def mask_mod(bi, h, qi, ki):
             return ((qi - ki).abs() <= half) | is_global[qi] | is_global[ki]
-    elif key_mask is None:
-        real = key_ok[0]
+    else:
+        keys = key_ok.expand(b, n_pad)  # one row shared by the batch when only the tile padding is masked
 
         def mask_mod(bi, h, qi, ki):
-            return real[ki] & (((qi - ki).abs() <= half) | is_global[qi] | is_global[ki])
-    else:
-        def mask_mod(bi, h, qi, ki):
-            return key_ok[bi, ki] & (((qi - ki).abs() <= half) | is_global[qi] | is_global[ki])
+            return keys[bi, ki] & (((qi - ki).abs() <= half) | is_global[qi] | is_global[ki])
 
     need, band_full = _tiles(n_pad, half, gpos, device)
     tile_real = key_ok.view(key_ok.shape[0], -1, TILE).all(-1)  # (B or 1, tiles): no padded key in the tile
@@ -115,12 +114,7 @@ def _block_mask(key_mask: torch.Tensor | None, b: int, n: int, n_pad: int, half:
     fnum, fidx = listing(full)
     block_mask = BlockMask.from_kv_blocks(num, idx, fnum, fidx, BLOCK_SIZE=TILE, mask_mod=mask_mod,
                                           seq_lengths=(n_pad, n_pad))
-    if key_mask is not None:
-        import weakref
-
-        _STATE["last"] = (stamp, weakref.ref(key_mask), block_mask)
-    else:
-        _STATE["last"] = (stamp, lambda: None, block_mask)
+    _STATE["last"] = (stamp, (lambda: None) if key_mask is None else weakref.ref(key_mask), block_mask)
     return block_mask
 
 
