@@ -21,7 +21,7 @@ def _run_on_tiny(script: str, out, *args: str) -> tuple[subprocess.CompletedProc
 
 
 def _ratio_of_rounded(ratio, num_ms, den_ms, step=0.1):
-    """Whether ``ratio`` (of unrounded times, itself rounded to 0.001) fits two times the benchmark rounded to ``step``."""
+    """Whether ``ratio`` (an unrounded ratio, rounded to 0.001) fits two times the benchmark rounded to ``step``."""
     h = step / 2
     return (num_ms - h) / (den_ms + h) - 0.001 <= ratio <= (num_ms + h) / max(den_ms - h, 1e-9) + 0.001
 
