@@ -210,16 +210,14 @@ def alternate(sides: dict, repeats: int, tmp: Path, isolate: bool = False,
             except Exception as e:
                 if not keep_going:
                     raise
-                records[name].append({"error": f"{type(e).__name__}: {str(e)[:500]}", "round": r})
-                print(f"  {name:28} round {r}: failed: {records[name][-1]['error']}", flush=True)
-                if progress is not None:
-                    progress(records)
-                continue
-            rec["examples_per_second"] = round(rec["examples"] / rec["train_seconds"], 2)
-            rec.update(load_before=before, load_after=load_average(), round=r)
+                rec = {"error": f"{type(e).__name__}: {str(e)[:500]}", "round": r}
+                print(f"  {name:28} round {r}: failed: {rec['error']}", flush=True)
+            else:
+                rec["examples_per_second"] = round(rec["examples"] / rec["train_seconds"], 2)
+                rec.update(load_before=before, load_after=load_average(), round=r)
+                print(f"  {name:28} round {r}: {rec['examples_per_second']:8.1f} ex/s, dev acc "
+                      f"{rec['accuracy']:.4f} (load {before} -> {rec['load_after']})", flush=True)
             records[name].append(rec)
-            print(f"  {name:28} round {r}: {rec['examples_per_second']:8.1f} ex/s, dev acc {rec['accuracy']:.4f} "
-                  f"(load {before} -> {rec['load_after']})", flush=True)
             if progress is not None:
                 progress(records)
     return records
@@ -231,16 +229,15 @@ def summarise(records: dict[str, list[dict]]) -> dict[str, dict]:
     out = {}
     for name, all_recs in records.items():
         recs = [r for r in all_recs if "error" not in r]
-        errors = [r["error"] for r in all_recs if "error" in r]
-        if errors:
-            out[name] = {"errors": errors}
-        if not recs:
-            continue
-        eps = [r["examples_per_second"] for r in recs]
-        acc = [r["accuracy"] for r in recs]
-        out[name] = {**out.get(name, {}), "examples_per_second_median": round(statistics.median(eps), 2),
-                     "examples_per_second_min": min(eps), "examples_per_second_max": max(eps),
-                     "accuracy_median": round(statistics.median(acc), 4), "accuracy_runs": acc, "runs": recs}
+        entry = {"errors": [r["error"] for r in all_recs if "error" in r]} if len(recs) < len(all_recs) else {}
+        if recs:
+            eps = [r["examples_per_second"] for r in recs]
+            acc = [r["accuracy"] for r in recs]
+            entry.update(examples_per_second_median=round(statistics.median(eps), 2), examples_per_second_min=min(eps),
+                         examples_per_second_max=max(eps), accuracy_median=round(statistics.median(acc), 4),
+                         accuracy_runs=acc, runs=recs)
+        if entry:
+            out[name] = entry
     return out
 
 
