@@ -1,22 +1,25 @@
-"""Read task data from a GLUE directory, local csv/tsv/jsonl files, the built-in tweets, or the hub.
+"""Read task data from a GLUE directory, data files, the built-in tweets, the hub, or objects in memory.
 
-Every loader returns ``TaskData``: per split, parallel lists of texts, optional text pairs, label ids (or floats
-for regression, or None for unlabeled test splits) and example ids. Bad rows raise ``PtmlabError`` naming the
-file and line.
+``load_task`` (names and files, what the options name) and ``load_source`` (anything ``data.sources`` reads: a
+``datasets.Dataset``/``DatasetDict``, a pandas frame, a list of dicts, a file, ``hf:NAME``) are the entry points;
+every source becomes ``Table``s (``data/sources.py``) and then ``TaskData`` through ``tables_to_task``, whose label
+column is read by its task kind (``data/labels.py``). Every loader returns ``TaskData``: per split, parallel
+lists of texts, optional text pairs, label ids (or floats for regression, or None for unlabeled test splits) and
+example ids. Bad rows raise ``PtmlabError`` naming the file and line (or the object and row).
 """
 
 from __future__ import annotations
 
 import csv
-import json
-import math
 import os
 import random
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ptmlab.core.errors import PtmlabError
+from ptmlab.data import sources as _sources
+from ptmlab.data.labels import LABEL_KINDS, resolve_label_kind
+from ptmlab.data.sources import Table, source_tables
 from ptmlab.data.tasks import TASKS, TaskSpec
 
 DEFAULT_GLUE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "glue"
@@ -62,55 +65,9 @@ def default_glue_dir() -> Path | None:
 
 
 # ----------------------------------------------------------------------------------------------- table reading
-def read_table(path: Path, header: bool = True) -> tuple[list[str] | None, list[list[str]]]:
-    """Read a TSV/CSV file. GLUE TSVs have quote characters inside sentences, so quoting is off for .tsv."""
-    path = Path(path)
-    if not path.is_file():
-        raise PtmlabError(f"data file '{path}' does not exist: check the path")
-    csv.field_size_limit(sys.maxsize)
-    suffix = path.suffix.lower()
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        if suffix == ".tsv":
-            reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        else:
-            reader = csv.reader(f)
-        try:
-            rows = [r for r in reader if r]
-        except (csv.Error, UnicodeDecodeError) as e:
-            raise PtmlabError(f"cannot read '{path}' as {suffix[1:] or 'csv'}: {e}") from None
-    if not rows:
-        raise PtmlabError(f"data file '{path}' is empty")
-    if header:
-        return [c.strip() for c in rows[0]], rows[1:]
-    return None, rows
-
-
-def read_rows(path: Path, header: bool = True) -> tuple[list[str], list[dict]]:
-    """Rows as dicts from .csv, .tsv, .jsonl/.json; column names (or positions as strings for headerless)."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".json"):
-        if not path.is_file():
-            raise PtmlabError(f"data file '{path}' does not exist: check the path")
-        rows = []
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        raise PtmlabError(f"{path}:{n}: not a JSON object per line") from None
-        if not rows:
-            raise PtmlabError(f"data file '{path}' is empty")
-        cols = list(rows[0].keys())
-        return cols, rows
-    if suffix not in (".csv", ".tsv", ".txt"):
-        raise PtmlabError(f"unsupported data file '{path}': use .csv, .tsv or .jsonl")
-    head, body = read_table(path, header=header)
-    if head is None:
-        width = max(len(r) for r in body)
-        head = [str(i) for i in range(width)]
-    return head, [dict(zip(head, r, strict=False)) for r in body]
+# the readers live in ptmlab.data.sources (one per file format); these names stay importable from here
+read_table = _sources.read_table
+read_rows = _sources.read_rows
 
 
 def _col(row: dict, col, path: Path, line: int):
@@ -131,7 +88,8 @@ def rows_to_split(spec: TaskSpec, path: Path, rows: list[dict], labelled: bool, 
                   first_line: int | None = None) -> Split:
     """Turn rows into a Split, validating text and labels."""
     texts, pairs, labels, ids = [], [] if spec.is_pair else None, [] if labelled else None, []
-    label_ids = {v: i for i, v in enumerate(label_names or spec.labels)}
+    label_ids = {str(v): i for i, v in enumerate(label_names or spec.labels)}
+    kind = LABEL_KINDS.get(spec.kind)
     first = first_line if first_line is not None else (2 if spec.header else 1)
     for n, row in enumerate(rows):
         line = n + first
@@ -146,21 +104,11 @@ def rows_to_split(spec: TaskSpec, path: Path, rows: list[dict], labelled: bool, 
             pairs.append(str(p))
         if labels is not None:
             raw = _col(row, spec.label_col, path, line)
-            if spec.kind == "regression":
-                try:
-                    y = float(raw)
-                except (TypeError, ValueError):
-                    y = float("nan")
-                if math.isnan(y) or math.isinf(y):
-                    raise PtmlabError(f"{path}:{line}: regression target {raw!r} is not a finite number")
-                labels.append(y)
-            else:
-                key = str(raw).strip()
-                if key not in label_ids:
-                    raise PtmlabError(
-                        f"{path}:{line}: label {raw!r} is not in the label set {sorted(label_ids)} "
-                        f"of task '{spec.name}': fix the row or the --label-col")
-                labels.append(label_ids[key])
+            try:
+                labels.append(kind.convert(raw, label_ids))
+            except ValueError as e:
+                fix = "fix the row or the --label-col" if spec.kind != "regression" else "fix the row"
+                raise PtmlabError(f"{path}:{line}: {e} of task '{spec.name}': {fix}") from None
         ids.append(row.get(str(spec.id_col), n) if spec.id_col is not None else n)
     return Split(texts, pairs, labels, ids)
 
@@ -246,75 +194,71 @@ def load_longdocs(spec: TaskSpec) -> TaskData:
     return TaskData(spec, splits)
 
 
-# ------------------------------------------------------------------------------------------------ local files
-def load_files(name: str, files: dict[str, str | None], text_col: str, pair_col: str | None, label_col: str,
-               label_kind: str = "classification") -> TaskData:
-    """A task from local files; label names come from the training file (sorted), or from the dev file when only
-    dev/test files are given (evaluation)."""
-    if not (files.get("train") or files.get("dev")):
-        raise PtmlabError("a task from files needs --train-file (or --dev-file to evaluate) (csv, tsv or jsonl)")
+# ------------------------------------------------------------------------------------------ files and objects
+def tables_to_task(name: str, tables: dict[str, Table], text_col: str, pair_col: str | None, label_col: str,
+                   label_kind: str = "auto") -> TaskData:
+    """A task from one Table per split: checks the columns, decides the label kind (``data/labels.py``) from the
+    training split (the dev split when only it is given), builds the label set there and converts every split.
+    A test split without the label column (or with every label missing) is unlabelled."""
+    if not (tables.get("train") or tables.get("dev")):
+        raise PtmlabError("a task from files needs --train-file (or --dev-file to evaluate) (csv, tsv, jsonl, "
+                          "parquet or arrow)")
     loaded = {}
-    for split, f in files.items():
-        if f:
-            path = Path(f)
-            cols, rows = read_rows(path)
-            labelled = split != "test" or str(label_col) in cols
-            wanted = {"--text-col": text_col, "--text-pair-col": pair_col}
-            if labelled:
-                wanted["--label-col"] = label_col
-            _check_cols(cols, wanted, path, True)
-            loaded[split] = (path, rows, labelled)
-    labels: tuple[str, ...] = ()
-    if label_kind == "classification":
-        source = "train" if "train" in loaded else "dev"
-        labels = tuple(sorted({str(r.get(label_col, "")).strip() for r in loaded[source][1]}))
-        if len(labels) < 2:
-            raise PtmlabError(f"the {source} file has {len(labels)} distinct label(s) in '{label_col}': "
-                              f"a classification task needs at least 2 (use --label-kind regression for scores)")
-    spec = TaskSpec(name, label_kind, labels, ("accuracy", "macro_f1") if label_kind == "classification"
-                    else ("pearson", "spearman"), text_col=text_col, pair_col=pair_col, label_col=label_col,
-                    id_col=None)
-    splits = {s: rows_to_split(spec, p, rows, labelled, first_line=1 if p.suffix.lower() in (".jsonl", ".json")
-                               else 2) for s, (p, rows, labelled) in loaded.items()}
+    for split, table in tables.items():
+        if table is None:
+            continue
+        labelled = split != "test" or (str(label_col) in table.columns
+                                       and any(r.get(str(label_col)) is not None for r in table.rows))
+        wanted = {"--text-col": text_col, "--text-pair-col": pair_col}
+        if labelled:
+            wanted["--label-col"] = label_col
+        _check_cols(table.columns, wanted, table.where, True)
+        loaded[split] = (table, labelled)
+    source = "train" if "train" in loaded else "dev"
+    table = loaded[source][0]
+    values = [r.get(str(label_col)) for r in table.rows]
+    class_names = table.class_names.get(str(label_col))
+    kind = resolve_label_kind(label_kind, values, class_names, str(label_col), table.where)
+    labels = LABEL_KINDS.get(kind).label_set(values, class_names)
+    if kind == "classification" and len(labels) < 2:
+        raise PtmlabError(f"the {source} file has {len(labels)} distinct label(s) in '{label_col}': "
+                          f"a classification task needs at least 2 (use --label-kind regression for scores)")
+    spec = TaskSpec(name, kind, labels, LABEL_KINDS.get(kind).metrics, text_col=text_col, pair_col=pair_col,
+                    label_col=label_col, id_col=None)
+    splits = {s: rows_to_split(spec, Path(t.where), t.rows, labelled, first_line=t.first_line)
+              for s, (t, labelled) in loaded.items()}
     return TaskData(spec, splits)
 
 
-# ------------------------------------------------------------------------------------------------------- hub
-def load_hub(name: str, text_col: str, pair_col: str | None, label_col: str) -> TaskData:
-    """A ``datasets`` hub dataset (online users): ``hf:NAME`` or ``hf:NAME:CONFIG``."""
-    if os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1":
-        raise PtmlabError(f"task '{name}' is a hub dataset but the hub is offline (HF_HUB_OFFLINE=1): "
-                          f"download it elsewhere and pass --train-file/--dev-file")
-    import datasets
+def load_files(name: str, files: dict[str, str | None], text_col: str, pair_col: str | None, label_col: str,
+               label_kind: str = "auto") -> TaskData:
+    """A task from local data files (any format ``data.sources.READERS`` reads); label names come from the
+    training file, or from the dev file when only dev/test files are given (evaluation)."""
+    tables = {split: _sources.read_file(f) for split, f in files.items() if f}
+    return tables_to_task(name, tables, text_col, pair_col, label_col, label_kind)
 
-    parts = name.split(":")[1:]
-    try:
-        ds = datasets.load_dataset(*parts)
-    except Exception as e:  # network or name problems
-        raise PtmlabError(f"cannot load hub dataset '{name}': {e}") from None
-    feat = ds["train"].features[label_col]
-    kind = "classification" if hasattr(feat, "names") else "regression"
-    labels = tuple(feat.names) if kind == "classification" else ()
-    spec = TaskSpec(name, kind, tuple(str(i) for i in range(len(labels))), ("accuracy",) if labels else
-                    ("pearson", "spearman"), text_col=text_col, pair_col=pair_col, label_col=label_col, id_col=None)
-    splits = {}
-    for split_name, key in (("train", "train"), ("dev", "validation"), ("test", "test")):
-        if key in ds:
-            rows = list(ds[key])
-            splits[split_name] = rows_to_split(spec, Path(name), rows, labelled=split_name != "test")
-    return TaskData(replace(spec, extra={"label_names": labels}), splits)
+
+def load_source(source, name: str = "custom", text_col: str = "text", pair_col: str | None = None,
+                label_col: str = "label", label_kind: str = "auto", train_split: str = "train",
+                eval_split: str | None = None) -> TaskData:
+    """A task from any source ``data.sources`` reads: a Dataset/DatasetDict, a DataFrame, a list of dicts, a dict
+    of splits, a data file, a ``save_to_disk`` directory or ``hf:NAME[:CONFIG]``."""
+    tables = source_tables(source, train_split, eval_split)
+    return tables_to_task(name, tables, text_col, pair_col, label_col, label_kind)
 
 
 def load_task(task: str, glue_dir: str | None = None, train_file: str | None = None, dev_file: str | None = None,
               test_file: str | None = None, text_col: str = "text", text_pair_col: str | None = None,
-              label_col: str = "label", label_kind: str = "classification") -> TaskData:
-    """The one entry point: a registered task name, files, or ``hf:NAME[:CONFIG]``."""
+              label_col: str = "label", label_kind: str = "auto", train_split: str = "train",
+              eval_split: str | None = None) -> TaskData:
+    """The one entry point for named data: a registered task name, files, ``hf:NAME[:CONFIG]``, or a data file /
+    ``save_to_disk`` directory given as the task."""
     if train_file or ((dev_file or test_file) and task not in TASKS):
         return load_files(task if task not in TASKS else "custom",
                           {"train": train_file, "dev": dev_file, "test": test_file},
                           text_col, text_pair_col, label_col, label_kind)
-    if task.startswith("hf:"):
-        return load_hub(task, text_col, text_pair_col, label_col)
+    if task.startswith("hf:") or (task not in TASKS and Path(task).expanduser().exists()):
+        return load_source(task, task, text_col, text_pair_col, label_col, label_kind, train_split, eval_split)
     spec = TASKS.get(task)
     if spec.name == "tweets":
         return load_tweets(spec)

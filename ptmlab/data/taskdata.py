@@ -10,13 +10,20 @@ from __future__ import annotations
 import random
 
 from ptmlab.core.errors import PtmlabError
-from ptmlab.data.loaders import TaskData, load_task, subset
+from ptmlab.data.loaders import TaskData, load_source, load_task, subset
 
 
-def load_task_data(cfg, *, need_train: bool = True) -> TaskData:
-    """The task named by ``cfg`` (any config with the ``DataArgs`` fields and ``seed``); never modifies ``cfg``."""
-    data = load_task(cfg.task, cfg.glue_dir, cfg.train_file, cfg.dev_file, cfg.test_file, cfg.text_col,
-                     cfg.text_pair_col, cfg.label_col, cfg.label_kind)
+def load_task_data(cfg, *, need_train: bool = True, source=None) -> TaskData:
+    """The task named by ``cfg`` (any config with the ``DataArgs`` fields and ``seed``); never modifies ``cfg``.
+    ``source``: data in memory (a Dataset, DatasetDict, DataFrame, list of dicts; ``load_source``) read with
+    ``cfg``'s columns, label kind and splits instead of what ``cfg.task`` names."""
+    splits = dict(train_split=getattr(cfg, "train_split", "train"), eval_split=getattr(cfg, "eval_split", None))
+    if source is not None:
+        data = load_source(source, cfg.task, cfg.text_col, cfg.text_pair_col, cfg.label_col, cfg.label_kind,
+                           **splits)
+    else:
+        data = load_task(cfg.task, cfg.glue_dir, cfg.train_file, cfg.dev_file, cfg.test_file, cfg.text_col,
+                         cfg.text_pair_col, cfg.label_col, cfg.label_kind, **splits)
     seed = getattr(cfg, "seed", 42)
     if need_train and "train" not in data.splits:
         raise PtmlabError(f"task '{cfg.task}' has no training data here: pass --train-file")

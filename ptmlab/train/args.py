@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
+from ptmlab.data.labels import KIND_CHOICES
 
 
 @dataclass(frozen=True)
@@ -22,16 +23,21 @@ class ModelArgs:
 @dataclass(frozen=True)
 class DataArgs:
     task: str = opt("tweets", "task name (cola sst2 mrpc stsb rte wnli tweets), a name for --train-file data, "
-                              "or hf:NAME[:CONFIG]")
+                              "hf:NAME[:CONFIG] (a hub dataset; cached ones offline), or a data file or "
+                              "Dataset.save_to_disk directory")
     glue_dir: str | None = opt(None, "GLUE data directory (default ../shared/data/glue when present)")
-    train_file: str | None = opt(None, "training data (.csv, .tsv or .jsonl)")
+    train_file: str | None = opt(None, "training data (.csv, .tsv, .jsonl, .parquet or .arrow)")
     dev_file: str | None = opt(None, "development data for evaluation")
     test_file: str | None = opt(None, "test data")
     text_col: str = opt("text", "text column of --train-file data")
     text_pair_col: str | None = opt(None, "second text column for pair tasks")
     label_col: str = opt("label", "label column of --train-file data")
-    label_kind: str = opt("classification", "classification or regression (for --train-file data)",
-                          choices=["classification", "regression"])
+    label_kind: str = opt("auto", "classification, regression, or auto: classes for names, integers and "
+                                  "ClassLabel columns, regression for fractional numbers; a column that could be "
+                                  "either is refused with a request to choose", choices=list(KIND_CHOICES))
+    train_split: str = opt("train", "split of a hub dataset, DatasetDict or save_to_disk directory to train on")
+    eval_split: str | None = opt(None, "split to evaluate on (default: the first of validation, dev, valid, val, "
+                                       "eval)")
     max_train: int | None = opt(None, "use the first N training examples after a seeded shuffle")
     max_eval: int | None = opt(None, "use the first N dev examples after a seeded shuffle (the test split stays whole)")
     max_length: int = opt(128, "truncate inputs to this many tokens")
