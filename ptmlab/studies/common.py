@@ -30,6 +30,14 @@ class StudyBase:
                                  "study's own sizes; full: the real experiment", choices=list(BUDGETS))
     output: str = opt("runs/study", "output directory")
     overwrite: bool = opt(False, "rerun variants that already finished")
+    executor: str = opt("sequential", "how the study's independent runs are run: sequential (one after another, "
+                                      "here) or ray (as tasks on a Ray cluster; pip install 'ptmlab[ray]')",
+                        choices=["sequential", "ray"])
+    ray_address: str | None = opt(None, "with --executor ray: an existing cluster's address (default: start a "
+                                        "local one)")
+    ray_workers: int = opt(2, "with --executor ray: runs at once on the local cluster")
+    ray_cpus_per_run: int = opt(0, "with --executor ray: cores (and torch threads) per run (0: this machine's "
+                                   "cores divided by --ray-workers)")
 
 
 @dataclass(frozen=True)
@@ -129,19 +137,106 @@ def dev_correct(run_dir: Path) -> list[float] | None:
 
 def choose_then_test(candidates: dict[str, list[list[float]]], baseline: list[list[float]], metric: str):
     """Honest selection over dev examples: each run's dev examples at even positions choose the candidate (highest
-    mean correctness), those at odd positions test it against ``baseline`` with a paired bootstrap (examples of
-    every seed pooled). ``candidates[name][k]`` and ``baseline[k]`` are seed k's per-example correctness, in the
-    same dev order; a tie goes to the candidate given first. Returns the chosen name, the choosing-half mean of every
-    candidate, and the ``Estimate``."""
-    from ptmlab.studies.verdict import paired_bootstrap
+    mean correctness), those at odd positions test it against ``baseline``. ``candidates[name][k]`` and
+    ``baseline[k]`` are seed k's per-example correctness, in the same dev order; a tie goes to the candidate given
+    first. The test is a hierarchical bootstrap (seeds, then the odd-position examples every seed shares), never
+    the seeds' copies of an example pooled as independent examples. Returns the chosen name, the choosing-half
+    mean of every candidate, and the ``Estimate``."""
+    from ptmlab.studies.verdict import hierarchical_bootstrap
 
     def half(runs: list[list[float]], start: int) -> list[float]:
         return [x for run in runs for x in run[start::2]]
 
     choose = {k: sum(half(v, 0)) / max(1, len(half(v, 0))) for k, v in candidates.items()}
     best = max(choose, key=choose.get)  # ties: the first candidate given
-    est = paired_bootstrap(half(candidates[best], 1), half(baseline, 1), metric)
+    est = hierarchical_bootstrap([run[1::2] for run in candidates[best]], [run[1::2] for run in baseline], metric)
     return best, choose, est
+
+
+def trivial_scores(task: str, max_eval: int | None = 0, seeds=(0,), glue_dir: str | None = None) -> dict | None:
+    """What a predictor that ignores its input scores on ``task``'s dev examples (the subset ``--max-eval`` takes
+    for each seed, averaged over seeds): ``accuracy`` of the majority class, ``f1`` of predicting the positive class
+    everywhere, ``mcc`` 0 (a constant predictor), ``pearson`` / ``spearman`` 0 for regression. A fine-tuned system
+    must be above these for a comparison of systems to mean anything. None when the data is not at hand."""
+    from collections import Counter
+
+    from ptmlab.core.errors import PtmlabError
+    from ptmlab.data.loaders import load_task, subset
+
+    try:
+        data = load_task(task, glue_dir)
+    except (PtmlabError, OSError, ValueError):
+        return None
+    if "dev" not in data.splits:
+        return None
+    if data.spec.kind == "regression":
+        return {"pearson": 0.0, "spearman": 0.0, "combined": 0.0}
+    acc, f1 = [], []
+    for seed in seeds or (0,):
+        labels = [int(x) for x in subset(data.splits["dev"], max_eval or None, int(seed)).label or []]
+        if not labels:
+            return None
+        counts = Counter(labels)
+        acc.append(counts.most_common(1)[0][1] / len(labels))
+        pos = counts.get(1, 0)
+        f1.append(2 * pos / (pos + len(labels)) if pos else 0.0)  # all-positive: precision pos/n, recall 1
+    out = {"accuracy": sum(acc) / len(acc), "mcc": 0.0}
+    if data.spec.num_labels == 2:
+        out["f1"] = sum(f1) / len(f1)
+    return out
+
+
+def portable(value, output: str | Path | None = None):
+    """``value`` (a results record, or any part of one) with absolute machine paths made portable: a path in the
+    shared data folder becomes ``<data>/...``, one in the project is made relative to it, one under the study's
+    ``output`` becomes ``runs/<output's name>/...``; any other absolute path keeps its last two parts. Applied to
+    every string, so commands are rewritten too."""
+    import os
+    import re
+
+    from ptmlab.data.loaders import default_glue_dir
+
+    project = Path.cwd().resolve()
+    glue = default_glue_dir()
+    data = Path(glue).resolve().parent if glue else None
+    out = Path(os.path.abspath(output)) if output else None
+
+    def one(path: str) -> str:
+        p = Path(os.path.normpath(path))
+        if data is not None and p.is_relative_to(data):
+            return f"<data>/{p.relative_to(data).as_posix()}"
+        if out is not None and p.is_relative_to(out):
+            rel = p.relative_to(out)
+            return (Path("runs") / out.name / rel).as_posix() if rel.parts else f"runs/{out.name}"
+        if p.is_relative_to(project):
+            return p.relative_to(project).as_posix() or "."
+        return Path(*p.parts[-2:]).as_posix() if len(p.parts) > 2 else p.name
+
+    pattern = re.compile(r"(?<![\w.<>+/-])/[A-Za-z_][\w.@+-]*(?:/[\w.@+-]+)+/?")
+
+    def walk(v):
+        if isinstance(v, str):
+            return pattern.sub(lambda m: one(m.group(0)), v) if "/" in v else v
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(value)
+
+
+def output_of(record: dict) -> str | None:
+    """The ``--output`` a results record's command wrote to (None when it does not say)."""
+    import shlex
+
+    words = shlex.split(str((record.get("run") or {}).get("command") or ""))
+    for i, w in enumerate(words):
+        if w == "--output" and i + 1 < len(words):
+            return words[i + 1]
+        if w.startswith("--output="):
+            return w.split("=", 1)[1]
+    return None
 
 
 # options that may differ between a finished variant and the same variant asked for again
@@ -181,36 +276,63 @@ def finetune_variant(base, out_dir: Path, **overrides) -> dict:
     return done if done is not None else run_finetune(cfg, command="study")
 
 
+def finetune_run(base, out_dir: Path, **overrides):
+    """``finetune_variant(base, out_dir, **overrides)`` as one run of a study's grid (``executor.run_grid``)."""
+    from ptmlab.studies.executor import Run
+
+    return Run(finetune_variant, Path(out_dir), (base, out_dir), overrides)
+
+
 def write_study(out: Path, title: str, rows: list[dict], verdict, figures=(), extra: dict | None = None,
                 columns: list[str] | None = None, *, claim=None, budget: str | None = None,
-                seeds=None) -> None:
+                seeds=None, validity=None) -> None:
     """results.json + report.html (claim, verdict, table, plots), and the table and verdict on stdout.
 
-    ``verdict`` is a ``studies.verdict.Verdict`` (outcome, reason, estimate) or, for studies not yet converted, a
-    string; ``claim`` the study's ``Claim``. results.json carries them with the run's metadata (command, versions,
-    machine, budget, seeds): the schema the dashboard reads."""
-    from ptmlab.studies.verdict import Verdict, run_metadata
+    ``verdict`` is the rule's ``studies.verdict.Verdict`` (outcome, reason, estimate); ``claim`` the study's
+    ``Claim``; ``validity`` the study's function from the record (rows and ``extra``, as results.json holds them)
+    to its list of ``Condition`` -- the same function ``ptmlab.studies.rederive`` applies to a committed record.
+    ``judge`` turns them into the outcome: ``cannot test`` when a condition is unmet. results.json carries the
+    outcome, the validity block, the detectable effect and the run's metadata (command, versions, machine, budget,
+    seeds), with machine paths made portable: the schema the dashboard reads."""
+    from ptmlab.studies.verdict import run_metadata
 
     out.mkdir(parents=True, exist_ok=True)
-    text = verdict.text() if isinstance(verdict, Verdict) else str(verdict)
-    record = {"title": title, "rows": rows, "verdict": text}
-    if isinstance(verdict, Verdict):
-        record.update(verdict.to_dict())
+    record = {"title": title, "rows": rows, **(extra or {})}
     if claim is not None:
         record["claim"] = claim.to_dict()
     record["run"] = run_metadata(budget, seeds)
-    atomic_write_json(out / "results.json", {**record, **(extra or {})})
+    verdict = judge(verdict, record, validity, claim)
+    record.update(verdict.to_dict())
+    record["verdict"] = verdict.text()
+    record = portable(record, out)
+    atomic_write_json(out / "results.json", record)
     rep = Report(title)
     if claim is not None:
         rep.heading("Claim").text(f"{claim.claim} ({claim.source}; paper: {claim.paper or 'no number'})")
+        if claim.conditions:
+            rep.text("Validity conditions: " + "; ".join(claim.conditions))
         rep.text(f"Rule: {claim.rule}")
-    rep.heading("Verdict").text(text).heading("Results").table(rows, columns)
+    rep.heading("Verdict").text(verdict.text())
+    if verdict.validity:
+        rep.table([c.to_dict() for c in verdict.validity])
+    rep.heading("Results").table(rows, columns)
     for fig, name, caption in figures:
         rep.figure(fig, name, caption)
     rep.write(out / "report.html")
     print_table(rows, columns)
-    print(f"\nverdict: {text}")
+    print(f"\nverdict: {verdict.text()}")
     print(f"report: {out / 'report.html'}")
+
+
+def judge(verdict, record: dict, validity=None, claim=None):
+    """The rule's verdict checked against the study's validity conditions on ``record`` (see ``verdict.assess``);
+    a verdict sentence (a study not on the contract) becomes an inconclusive verdict that says so."""
+    from ptmlab.studies.verdict import INCONCLUSIVE, Verdict, assess
+
+    if not isinstance(verdict, Verdict):
+        verdict = Verdict(INCONCLUSIVE, f"no decision rule: {verdict}")
+    conditions = list(validity(record)) if validity is not None else []
+    return assess(verdict, conditions, getattr(claim, "paper_effect", None))
 
 
 def default_task() -> str:
@@ -220,3 +342,66 @@ def default_task() -> str:
     return "sst2" if default_glue_dir() else "tweets"
 
 
+
+
+# ------------------------------------------------------------------------------ validity conditions, shared
+def eval_size(record: dict, default: int | None = 500) -> int | None:
+    """The ``--max-eval`` a record's run used: the flag in its command, else 0 (the whole dev set) for ``--budget
+    full``, else the study's ``default``."""
+    import shlex
+
+    run = record.get("run") or {}
+    words = shlex.split(str(run.get("command") or ""))
+    for i, w in enumerate(words):
+        if w == "--max-eval" and i + 1 < len(words):
+            return int(words[i + 1])
+        if w.startswith("--max-eval="):
+            return int(w.split("=", 1)[1])
+    return 0 if run.get("budget") == "full" else default
+
+
+def above_trivial(record: dict, task: str, metric: str, systems: dict, max_eval: int | None = None) -> list:
+    """One condition per fine-tuned system of ``systems`` ({name: per-seed scores of ``metric`` on ``task``}): its
+    seed-level interval lies above what the trivial predictor scores (``trivial_scores``) on the same dev examples.
+    A missing trivial score (no data at hand, a metric without one) is an unmet condition with value null."""
+    from ptmlab.studies.verdict import seed_interval_above
+
+    seeds = (record.get("run") or {}).get("seeds") or [0]
+    size = eval_size(record) if max_eval is None else max_eval
+    trivial = (trivial_scores(task, size, seeds) or {}).get(metric)
+    return [seed_interval_above([float(x) for x in scores], trivial, f"{task} {metric} of {name}")
+            for name, scores in systems.items()]
+
+
+def reference_budget(record: dict, what: str = "reference") -> list:
+    """The condition that the reference (unpruned, undistilled, not adapted) was trained at least as long as what
+    is compared with it: ``record["train_epochs"]`` = {"reference": epochs, "compared": epochs of the longest
+    trained compared system} (the whole training a model had, fine-tuning before pruning included). Unrecorded:
+    unmet, value null."""
+    from ptmlab.studies.verdict import Condition
+
+    te = record.get("train_epochs") if isinstance(record.get("train_epochs"), dict) else {}
+    ref, comp = te.get("reference"), te.get("compared")
+    ratio = float(ref) / float(comp) if isinstance(ref, int | float) and isinstance(comp, int | float) and comp \
+        else None
+    return [Condition.check(f"training epochs of the {what} / of the longest-trained system compared with it",
+                            ratio, ">=", 1.0)]
+
+
+def rows_per_seed(rows: list[dict], key: str, per_seed: str = "per_seed") -> dict[str, list[float]]:
+    """{row[key]: row[per_seed]} for the rows that carry per-seed scores."""
+    return {str(r[key]): [float(x) for x in r[per_seed]] for r in rows
+            if isinstance(r.get(per_seed), list) and r.get(key) is not None}
+
+
+def task_of(record: dict, default: str = "sst2") -> str:
+    """The ``--task`` of a record's run (its command), else ``default``."""
+    import shlex
+
+    words = shlex.split(str((record.get("run") or {}).get("command") or ""))
+    for i, w in enumerate(words):
+        if w == "--task" and i + 1 < len(words):
+            return words[i + 1]
+        if w.startswith("--task="):
+            return w.split("=", 1)[1]
+    return default

@@ -5,14 +5,19 @@ then fine-tuned) beat the unpruned model under the same budget, and past a phase
 below it. Source: ACL 2021 (Liang et al.). Paper: BERT-base on GLUE dev, super tickets +0.6-1.0 points average over
 the full model, with the gain turning to a loss beyond roughly 40-60% of heads/FFN removed.
 
-Rule: dev examples at even positions choose the ratio, odd positions test it (seeds pooled); supported when the
-chosen ticket's held-out accuracy gain over the unpruned model has a 95% paired-bootstrap interval above 0 AND the
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): the unpruned model, the
+chosen ticket and the most pruned ticket are each above the task's trivial predictor (majority-class accuracy) by a
+t interval over seeds. The reference (ratio 0, the unpruned pretrained model) gets the same fine-tuning as every
+ticket by construction (one call, one budget).
+
+Rule: dev examples at even positions choose the ratio, odd positions test it; supported when the
+chosen ticket's held-out accuracy gain over the unpruned model has a 95% hierarchical-bootstrap interval above 0 AND the
 most pruned ratio above it has an interval of its loss above 0; not supported when either interval lies wholly on
 the wrong side; otherwise inconclusive.
 
 In detail: every run's dev examples are split by position, even positions choose the best pruning ratio and odd
-positions test it, pooled over seeds. Part 1: the chosen ticket's accuracy gain over the unpruned model on the
-held-out half (paired bootstrap over examples, 95%) -- supported when the interval is above 0, not supported when
+positions test it. Part 1: the chosen ticket's accuracy gain over the unpruned model on the held-out half
+(hierarchical bootstrap: seeds, then examples, 95%) -- supported when the interval is above 0, not supported when
 below, inconclusive when it includes 0. Part 2 (the phase transition): the most heavily pruned ticket of the grid,
 if it is above the chosen ratio, must fall below the unpruned model on the held-out half (same bootstrap); no
 heavier ratio in the grid leaves part 2 inconclusive. Both parts supported: supported; either not: not supported;
@@ -36,7 +41,7 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import FULL_FINETUNE, SMALL_FINETUNE, parse_study_args, write_study
 from ptmlab.studies.compress_common import CompressStudyArgs
-from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, combine, decide_above, paired_bootstrap
+from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, combine, decide_above, hierarchical_bootstrap
 
 CLAIM = Claim(
     study="super-tickets",
@@ -45,10 +50,16 @@ CLAIM = Claim(
     source="ACL 2021: Liang et al., Super Tickets in Pre-Trained Language Models",
     paper="BERT-base, GLUE dev: super tickets +0.6 to +1.0 points average over the full model; gains turn to losses "
           "beyond about 40-60% of heads and FFN removed",
-    rule="dev examples at even positions choose the ratio, odd positions test it (seeds pooled); supported when the "
-         "chosen ticket's held-out accuracy gain over the unpruned model has a 95% paired-bootstrap interval above 0 "
+    rule="dev examples at even positions choose the ratio, odd positions test it; supported when the "
+         "chosen ticket's held-out accuracy gain over the unpruned model has a 95% hierarchical-bootstrap interval "
+         "above 0 "
          "AND the most pruned ratio above it has an interval of its loss above 0; not supported when either "
          "interval lies wholly on the wrong side; otherwise inconclusive",
+    conditions=(
+        "the unpruned model, the chosen ticket and the most pruned ticket each above the task's trivial "
+        "predictor by a t interval over seeds",
+    ),
+    paper_effect=0.006,
 )
 
 
@@ -169,7 +180,7 @@ def run(argv: list[str]) -> int:
                        "unpruned_params": parameter_count(scored), "chosen_ratio": chosen,
                        "selection": "dev examples at even positions choose the ratio; odd positions report",
                        "phase_transition_point_estimate": transition, "importance": a.importance},
-                claim=CLAIM, budget=a.budget, seeds=seeds)
+                claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
 
 
@@ -195,7 +206,8 @@ def decide(correct: dict[float, list[list[float]]]) -> tuple[Verdict, float | No
     heavier = [r for r in others if r > chosen_r]
     if heavier:
         top = max(heavier)
-        loss = paired_bootstrap(odd(unpruned), odd(others[top]), "held-out accuracy loss of the most pruned ticket")
+        loss = hierarchical_bootstrap([run[1::2] for run in unpruned], [run[1::2] for run in others[top]],
+                                      "held-out accuracy loss of the most pruned ticket")
         part2 = decide_above(loss, 0.0, f"ticket {top:g} (most pruned): held-out loss against the unpruned model")
     else:
         part2 = Verdict(INCONCLUSIVE, f"no ratio above the chosen {chosen_r:g} in the grid: the phase transition is "
@@ -240,3 +252,43 @@ def _plot(rows, metric, unpruned, best, transition, a):
     ax.set_title(f"super tickets: {a.max_train} examples, {a.epochs:g} epoch(s) each")
     ax.legend(fontsize=7)
     return fig
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (rows with per-seed scores per ratio, the chosen ratio)."""
+    from ptmlab.studies.common import above_trivial, task_of
+
+    rows = [r for r in record.get("rows") or [] if isinstance(r.get("per_seed"), list)]
+    if not rows:
+        return above_trivial(record, task_of(record), str(record.get("metric") or "accuracy"), {"unpruned": []})
+    top = max(r["ratio"] for r in rows)
+    keep = {0.0, top, record.get("chosen_ratio")}
+    systems = {f"ticket {r['ratio']:g}" if r["ratio"] else "the unpruned model": r["per_seed"] for r in rows
+               if r["ratio"] in keep}
+    return above_trivial(record, task_of(record), str(record.get("metric") or "accuracy"), systems)
+
+
+def restate(record: dict, name: str = "super-tickets") -> Verdict | None:
+    """From a committed record without per-example numbers: both parts as paired t intervals over the seeds'
+    whole-dev scores (the choosing half included for part 1: a rerun gives the held-out seed-level interval)."""
+    import dataclasses
+
+    from ptmlab.studies.verdict import paired_seeds
+
+    rows = {r["ratio"]: r["per_seed"] for r in record.get("rows") or [] if isinstance(r.get("per_seed"), list)}
+    chosen = record.get("chosen_ratio")
+    if 0.0 not in rows or chosen not in rows:
+        return None
+    note = ", whole dev, choosing half included"
+    est = paired_seeds(rows[chosen], rows[0.0], "gain of the chosen ticket over the unpruned model")
+    part1 = decide_above(dataclasses.replace(est, method=est.method + note), 0.0,
+                         f"ticket {chosen:g} (chosen on the even half): gain")
+    heavier = [r for r in rows if r > chosen]
+    if not heavier:
+        return combine([part1, Verdict(INCONCLUSIVE, "no ratio above the chosen one: the phase transition is not "
+                                                     "tested")])
+    top = max(heavier)
+    loss = paired_seeds(rows[0.0], rows[top], "loss of the most pruned ticket")
+    part2 = decide_above(dataclasses.replace(loss, method=loss.method + ", whole dev"), 0.0,
+                         f"ticket {top:g} (most pruned): loss against the unpruned model")
+    return combine([part1, part2])

@@ -5,6 +5,9 @@ Source: Q7 (Howard & Ruder, ACL 2018, ULMFiT; Peters et al. 2019, "To tune or no
 ablation credits gradual unfreezing with a gain for its LSTM; later work with BERT-size encoders reports full
 fine-tuning at least as good, with adapters within about 0.4 GLUE points (Houlsby et al. 2019).
 
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): each compared strategy's
+dev metric is above its task's trivial predictor (majority-class accuracy) by a t interval over seeds.
+
 Rule: d = gradual unfreezing minus full fine-tuning, paired by seed, 95% t interval: supported when it lies within
 +-0.01, not supported when wholly above +0.01, inconclusive otherwise (a gradual unfreezing clearly below full
 fine-tuning is reported as inconclusive: it tests the schedule, not the need).
@@ -36,13 +39,23 @@ from ptmlab.studies.common import (
     FULL_FINETUNE,
     SMALL_FINETUNE,
     StudyArgs,
+    eval_size,
     finetune_variant,
     parse_study_args,
+    rows_per_seed,
     seed_dir,
     seed_list,
     write_study,
 )
-from ptmlab.studies.verdict import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Claim, Verdict, paired_seeds
+from ptmlab.studies.verdict import (
+    INCONCLUSIVE,
+    NOT_SUPPORTED,
+    SUPPORTED,
+    Claim,
+    Verdict,
+    decide_within,
+    paired_seeds,
+)
 
 CLAIM = Claim(
     study="unfreezing",
@@ -53,6 +66,8 @@ CLAIM = Claim(
     rule="d = gradual unfreezing minus full fine-tuning, paired by seed, 95% t interval: supported when it lies "
          "within +-0.01, not supported when wholly above +0.01, inconclusive otherwise (a gradual unfreezing clearly "
          "below full fine-tuning is reported as inconclusive: it tests the schedule, not the need)",
+    conditions=("full fine-tuning and gradual unfreezing each above the task's majority-class accuracy by a t "
+                "interval over seeds",),
 )
 MARGIN = 0.01
 LRS = {"full": 5e-5, "gradual-unfreeze": 5e-5, "ulmfit": 5e-5, "frozen": 1e-3, "adapter": 1e-3, "lora": 5e-4}
@@ -103,8 +118,23 @@ def run(argv: list[str]) -> int:
                 [(fig, "strategies", "dev metric per strategy")],
                 extra={"metric": metric, "unfreeze_schedule": schedule(a, steps),
                        "summary": summary_text(per_seed, metric)},
-                claim=CLAIM, budget=a.budget, seeds=seeds)
+                claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record: the compared strategies above the trivial predictor."""
+    from ptmlab.studies.common import above_trivial, task_of
+
+    per_seed = rows_per_seed(record.get("rows") or [], "strategy")
+    compared = {k: per_seed.get(k, []) for k in ("full", "gradual-unfreeze")}
+    return above_trivial(record, task_of(record), str(record.get("metric") or "accuracy"), compared,
+                         eval_size(record, 1000))
+
+
+def restate(record: dict, name: str = "unfreezing") -> Verdict:
+    """The rule of ``CLAIM`` recomputed from the record's per-seed scores."""
+    return decide(rows_per_seed(record.get("rows") or [], "strategy"), str(record.get("metric") or "accuracy"))
 
 
 def schedule(a: UnfreezingArgs, steps: int) -> list[dict]:
@@ -123,24 +153,24 @@ def schedule(a: UnfreezingArgs, steps: int) -> list[dict]:
 
 
 def decide(per_seed: dict[str, list[float]], metric: str) -> Verdict:
-    """The rule of ``CLAIM`` on per-seed dev metrics of ``full`` and ``gradual-unfreeze``."""
+    """The rule of ``CLAIM`` on per-seed dev metrics of ``full`` and ``gradual-unfreeze`` (``decide_within`` with
+    the margin, except that a gradual unfreezing clearly below full fine-tuning stays inconclusive)."""
     if "full" not in per_seed or "gradual-unfreeze" not in per_seed:
         return Verdict(INCONCLUSIVE, "the study needs both 'full' and 'gradual-unfreeze' to compare")
     est = paired_seeds(per_seed["gradual-unfreeze"], per_seed["full"],
                        f"{metric} of gradual unfreezing minus full fine-tuning")
-    text = est.text()
-    if -MARGIN <= est.low and est.high <= MARGIN:
-        return Verdict(SUPPORTED, f"gradual unfreezing minus full fine-tuning {text} lies within +-{MARGIN:g}: "
-                                  f"full fine-tuning does as well", est)
+    v = decide_within(est, MARGIN, "gradual unfreezing minus full fine-tuning")
+    if v.outcome == SUPPORTED:
+        return Verdict(SUPPORTED, f"{v.reason}: full fine-tuning does as well", est,
+                       detectable_effect=v.detectable_effect)
     if est.low > MARGIN:
-        return Verdict(NOT_SUPPORTED, f"gradual unfreezing minus full fine-tuning {text} is above +{MARGIN:g}: "
-                                      f"gradual unfreezing helps here", est)
+        return Verdict(NOT_SUPPORTED, f"{v.reason} (above +{MARGIN:g}): gradual unfreezing helps here", est,
+                       detectable_effect=v.detectable_effect)
     if est.high < -MARGIN:
-        return Verdict(INCONCLUSIVE, f"gradual unfreezing minus full fine-tuning {text} is below -{MARGIN:g}: "
-                                     f"gradual unfreezing trails under this budget, which measures its schedule, not "
-                                     f"whether it is needed", est)
-    return Verdict(INCONCLUSIVE, f"gradual unfreezing minus full fine-tuning {text} is not resolved against "
-                                 f"+-{MARGIN:g}", est)
+        return Verdict(INCONCLUSIVE, f"{v.reason} (below -{MARGIN:g}): gradual unfreezing trails under this budget, "
+                                     f"which measures its schedule, not whether it is needed", est,
+                       detectable_effect=v.detectable_effect)
+    return Verdict(INCONCLUSIVE, v.reason, est, detectable_effect=v.detectable_effect, paper_effect=MARGIN)
 
 
 def summary_text(per_seed: dict[str, list[float]], metric: str) -> str:

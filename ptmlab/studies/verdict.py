@@ -1,29 +1,60 @@
-"""Verdicts that can go either way: a claim, an estimate with its uncertainty, and a rule fixed before the numbers.
+"""Verdicts that can go either way: a claim, the conditions under which it can be tested, an estimate with its
+uncertainty, and a rule fixed before the numbers.
 
-Every study states its claim as a ``Claim`` (what the source says, where, the paper's number, and the rule in
-words) at module level, before any code runs. Its numbers become an ``Estimate``: a value with a confidence
-interval, from a paired comparison across seeds (``paired_seeds``), a paired bootstrap over dev examples
-(``paired_bootstrap``) or a plain bootstrap of one quantity (``bootstrap_mean``). A decision function turns the
-estimate into one of three outcomes:
+Every study states its claim as a ``Claim`` at module level, before any code runs: what the source says, where, the
+paper's number (and, where the paper quotes one, its effect in the estimate's own units, ``paper_effect``), the
+**validity conditions** (``conditions``: when the comparison can test the claim at all) and the rule in words.
 
-- ``decide_above(est, t)``: the quantity exceeds ``t`` -- supported when the whole interval is above ``t``,
-  not supported when the whole interval is below it, inconclusive when the interval straddles it;
-- ``decide_within(est, m)``: the quantity is within ``±m`` (an equivalence claim, "does not hurt") -- supported when
-  the interval lies inside ``[-m, m]``, not supported when it lies wholly outside, inconclusive otherwise;
-- ``combine(verdicts)``: a claim made of parts -- not supported if any part is not, supported if all are.
+Four outcomes:
 
-So a single lucky seed or two examples of 872 cannot decide a claim: an interval that includes "no effect" is
-reported as inconclusive, and the results say so.
+- ``cannot test``: a validity condition is unmet on the run's own numbers (a fine-tuned system at its task's trivial
+  predictor, a teacher no better than the student trained alone, a reference trained less than what it is compared
+  with, a "shared" ticket as big as the model, pre-training that never left the unigram plateau, a number the run
+  did not record). The rule's interval is still reported, but no claim is read from it. ``assess`` makes this
+  outcome from ``Condition`` objects, each ``{condition, value, threshold, met}`` with the comparison it makes
+  (``compare``); a condition whose value is missing (``None``) is unmet.
+- ``supported`` / ``not supported`` / ``inconclusive``: what the rule says when every condition is met:
+
+  - ``decide_above(est, t)``: the quantity exceeds ``t`` -- supported when the whole interval is above ``t``, not
+    supported when it is wholly below, inconclusive when the interval straddles it;
+  - ``decide_within(est, m)``: the quantity is within ``±m`` (an equivalence claim, "does not hurt") -- supported
+    when the interval lies inside ``[-m, m]``, not supported when it lies wholly outside, inconclusive otherwise;
+  - ``combine(verdicts)``: a claim made of parts -- cannot test if any part cannot, else not supported if any part
+    is not, supported if all are.
+
+Estimates. ``paired_seeds`` / ``mean_interval``: a Student-t interval over seeds (each seed one number).
+``hierarchical_bootstrap``: where examples matter too (per-example correctness of several seeds), resample seeds,
+then dev examples (one draw of examples shared by the drawn seeds: every seed saw the same dev set), and give
+``mean ± t(S-1) × bootstrap SE`` -- never the seeds' copies of one example pooled as independent examples.
+``paired_bootstrap`` / ``bootstrap_mean``: a percentile bootstrap over examples, for deterministic measurements
+(tokenization, a fixed model's probes) where there is no seed. ``resamples_for(confidence)``: enough resamples
+that the tail a (Bonferroni-corrected) interval reads holds at least 20 resamples.
+
+Detectable effect (``detectable_effect``): the smallest true effect (distance from the rule's threshold) that the
+run would have declared with probability 80% at its own noise: ``(q(1 - α/2) + q(0.8)) × SE`` with
+``SE = half-width / q(1 - α/2)``; ``q`` is the Student-t quantile with the estimate's ``df`` (seeds - 1) for
+seed-level intervals, the normal one otherwise; for an interval that is not symmetric the half-width is half its
+length. Every quantitative rule reports it beside its interval. An inconclusive verdict whose detectable effect
+exceeds the paper's effect says "underpowered: could detect ±X, the paper reports Y" and the budget that would
+decide it, ``((z(1 - α/2) + z(0.8)) × SD / Y)²`` seeds (or examples, for an example-level bootstrap) with
+``SD = SE × √n`` the spread of one seed. For an
+equivalence rule the margin plays the paper's part: an interval wider than ``±m`` can never fit inside it.
+
+So a single lucky seed or two examples of 872 cannot decide a claim, and a comparison that cannot test the claim
+is not read as evidence either way.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
-OUTCOMES = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)
+SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, CANNOT_TEST = "supported", "not supported", "inconclusive", "cannot test"
+OUTCOMES = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, CANNOT_TEST)
+POWER = 0.8   # the power the detectable effect is computed at
+COMPARE = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 
 
 @dataclass(frozen=True)
@@ -35,9 +66,71 @@ class Claim:
     source: str         # question of the source articles ("Q10") and/or paper ("Jain & Wallace, NAACL 2019")
     paper: str          # the paper's own number(s), as text ("BERT-base 0.742 best-layer accuracy"); "" if none
     rule: str           # the decision rule in words, including the noise model
+    conditions: tuple[str, ...] = ()    # validity conditions, in words, checked on the run's numbers before the rule
+    paper_effect: float | None = None   # the paper's effect in the unit of the rule's estimate (0.006: +0.6 points)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["conditions"] = list(self.conditions)
+        return d
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One validity condition checked on a run's numbers: ``met`` is ``value compare threshold`` (a missing value,
+    None, is unmet: the run did not record what the condition needs)."""
+
+    condition: str
+    value: float | None
+    threshold: float | None
+    met: bool
+    compare: str = ">"
+
+    def __post_init__(self):
+        if self.compare not in COMPARE:
+            raise ValueError(f"condition comparison must be one of {tuple(COMPARE)}, not {self.compare!r}")
+        if self.met != holds(self.value, self.compare, self.threshold):
+            raise ValueError(f"condition {self.condition!r}: met={self.met} disagrees with {self.value} "
+                             f"{self.compare} {self.threshold}")
+
+    @classmethod
+    def check(cls, condition: str, value, compare: str, threshold) -> Condition:
+        """The condition with ``met`` computed; ``value`` None (not recorded) is unmet."""
+        value = None if value is None or not math.isfinite(float(value)) else float(value)
+        threshold = None if threshold is None else float(threshold)
+        return cls(condition, value, threshold, holds(value, compare, threshold), compare)
+
+    def text(self) -> str:
+        if self.value is None:
+            return f"{self.condition}: not recorded by the run (needed {self.compare} {_g(self.threshold)})"
+        state = "met" if self.met else "unmet"
+        return f"{self.condition}: {_g(self.value)} {self.compare if self.met else _negate(self.compare)} " \
+               f"{_g(self.threshold)} ({state})"
+
+    def to_dict(self) -> dict:
+        return {"condition": self.condition, "value": self.value, "threshold": self.threshold, "met": self.met,
+                "compare": self.compare}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> Condition:
+        return cls(str(d["condition"]), d.get("value"), d.get("threshold"), bool(d["met"]), d.get("compare", ">"))
+
+
+def holds(value, compare: str, threshold) -> bool:
+    """``value compare threshold``; False when either is missing."""
+    if value is None or threshold is None:
+        return False
+    return bool(COMPARE[compare](float(value), float(threshold)))
+
+
+def _negate(compare: str) -> str:
+    return {">": "<=", ">=": "<", "<": ">=", "<=": ">"}[compare]
+
+
+def _g(x) -> str:
+    if x is None:
+        return "null"
+    return f"{x:.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
 
 
 @dataclass(frozen=True)
@@ -48,8 +141,10 @@ class Estimate:
     value: float
     low: float
     high: float
-    n: int                      # seeds or examples behind it
+    n: int                      # seeds (seed-level intervals) or examples behind it
     method: str                 # "paired t over 3 seeds (95%)", "paired bootstrap over 872 examples (95%)"
+    df: int | None = None       # degrees of freedom of a t interval over seeds (n - 1); None: normal quantiles
+    confidence: float = 0.95
 
     def to_dict(self) -> dict:
         """Standard JSON: an unbounded end (one run, no interval) is written as null."""
@@ -59,34 +154,99 @@ class Estimate:
                 d[k] = None
         return d
 
+    @classmethod
+    def from_dict(cls, d: Mapping) -> Estimate:
+        """An estimate read back from results.json (null ends are unbounded; ``df`` inferred from "t over N")."""
+        def num(k, default):
+            v = d.get(k)
+            return float(v) if isinstance(v, int | float) else default
+
+        method = str(d.get("method") or "")
+        df = d.get("df")
+        if df is None and " t " in f" {method} " and int(d.get("n") or 0) > 1:
+            df = int(d["n"]) - 1
+        return cls(str(d.get("metric") or ""), num("value", math.nan), num("low", -math.inf), num("high", math.inf),
+                   int(d.get("n") or 0), method, df, num("confidence", 0.95))
+
     def text(self, digits: int = 4) -> str:
         return f"{self.value:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}] ({self.method})"
+
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2
+
+
+def _quantile(p: float, df: int | None) -> float:
+    from scipy import stats
+
+    return float(stats.t.ppf(p, df) if df else stats.norm.ppf(p))
+
+
+def detectable_effect(est: Estimate | None, power: float = POWER) -> float | None:
+    """The smallest true distance from the rule's threshold that this run would declare with probability ``power``:
+    ``(q(1 - α/2) + q(power)) × SE``, ``SE = half-width / q(1 - α/2)`` (t quantiles with ``est.df``, else normal).
+    None without a finite interval (one run)."""
+    if est is None or not (math.isfinite(est.low) and math.isfinite(est.high)):
+        return None
+    z = _quantile(0.5 + est.confidence / 2, est.df)
+    se = est.half_width() / z
+    return float((z + _quantile(power, est.df)) * se)
+
+
+def budget_to_decide(est: Estimate, target: float, power: float = POWER) -> int | None:
+    """Roughly how many seeds (or examples) would bring the detectable effect down to ``target``: the spread of one
+    unit, ``SD = SE × √n``, then ``n' = ((z(1 - α/2) + z(power)) × SD / target)²`` with normal quantiles (a large
+    n' has a t quantile near the normal one)."""
+    if est is None or not target or est.n < 1 or not (math.isfinite(est.low) and math.isfinite(est.high)):
+        return None
+    sd = est.half_width() / _quantile(0.5 + est.confidence / 2, est.df) * math.sqrt(est.n)
+    z = _quantile(0.5 + est.confidence / 2, None) + _quantile(power, None)
+    return max(est.n + 1, math.ceil((z * sd / abs(target)) ** 2))
+
+
+def _units(est: Estimate) -> str:
+    return "seeds" if est.df is not None else "examples"
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome, the one-sentence reason with its numbers, and the estimate it rests on."""
+    """The outcome, the one-sentence reason with its numbers, the estimate it rests on, the validity conditions it
+    was checked against and what the run could have detected."""
 
     outcome: str
     reason: str
     estimate: Estimate | None = None
+    validity: tuple[Condition, ...] = ()
+    detectable_effect: float | None = None
+    paper_effect: float | None = None
+    rule_outcome: str = ""                  # set by ``assess``: what the rule alone said (before the conditions)
+    rule_reason: str = ""
+    parts: tuple[Verdict, ...] = ()         # for a combined verdict: its parts
 
     def __post_init__(self):
         if self.outcome not in OUTCOMES:
             raise ValueError(f"verdict outcome must be one of {OUTCOMES}, not {self.outcome!r}")
+        unmet = [c for c in self.validity if not c.met]
+        if unmet and self.outcome != CANNOT_TEST:
+            raise ValueError(f"a verdict with an unmet condition ({unmet[0].condition}) must be {CANNOT_TEST!r}")
 
     def text(self) -> str:
         return f"{self.outcome}: {self.reason}"
 
     def to_dict(self) -> dict:
-        return {"outcome": self.outcome, "reason": self.reason,
-                "estimate": self.estimate.to_dict() if self.estimate else None}
+        d = {"outcome": self.outcome, "reason": self.reason,
+             "estimate": self.estimate.to_dict() if self.estimate else None,
+             "validity": [c.to_dict() for c in self.validity]}
+        if self.detectable_effect is not None or self.outcome == INCONCLUSIVE:
+            d["detectable_effect"] = self.detectable_effect
+        if self.paper_effect is not None:
+            d["paper_effect"] = self.paper_effect
+        if self.rule_outcome:
+            d["rule"] = {"outcome": self.rule_outcome, "reason": self.rule_reason}
+        return d
 
 
 def _t_quantile(confidence: float, df: int) -> float:
-    from scipy import stats
-
-    return float(stats.t.ppf(0.5 + confidence / 2, df))
+    return _quantile(0.5 + confidence / 2, df)
 
 
 def mean_interval(values: Sequence[float], metric: str, confidence: float = 0.95) -> Estimate:
@@ -98,10 +258,11 @@ def mean_interval(values: Sequence[float], metric: str, confidence: float = 0.95
     n = len(xs)
     mean = sum(xs) / n
     if n == 1:
-        return Estimate(metric, mean, -math.inf, math.inf, 1, "one run: no interval")
+        return Estimate(metric, mean, -math.inf, math.inf, 1, "one run: no interval", None, confidence)
     sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
     half = _t_quantile(confidence, n - 1) * sd / math.sqrt(n)
-    return Estimate(metric, mean, mean - half, mean + half, n, f"t interval over {n} runs ({confidence:.0%})")
+    return Estimate(metric, mean, mean - half, mean + half, n, f"t interval over {n} runs ({confidence:.0%})",
+                    n - 1, confidence)
 
 
 def paired_seeds(a: Sequence[float], b: Sequence[float], metric: str, confidence: float = 0.95) -> Estimate:
@@ -110,13 +271,21 @@ def paired_seeds(a: Sequence[float], b: Sequence[float], metric: str, confidence
         raise ValueError(f"paired comparison needs as many runs on each side ({len(a)} vs {len(b)})")
     est = mean_interval([x - y for x, y in zip(a, b, strict=True)], metric, confidence)
     return Estimate(metric, est.value, est.low, est.high, est.n,
-                    f"paired t over {est.n} seeds ({confidence:.0%})" if est.n > 1 else "one seed: no interval")
+                    f"paired t over {est.n} seeds ({confidence:.0%})" if est.n > 1 else "one seed: no interval",
+                    est.df, confidence)
+
+
+def resamples_for(confidence: float, per_tail: int = 20, least: int = 2000) -> int:
+    """Bootstrap resamples so that each tail of a ``confidence`` interval holds at least ``per_tail`` resamples
+    (a Bonferroni-corrected 1 - 0.05/144 interval reads the 0.017% tail: about 115,000 resamples)."""
+    return max(least, math.ceil(per_tail / ((1 - confidence) / 2)))
 
 
 def paired_bootstrap(a: Sequence[float], b: Sequence[float], metric: str, confidence: float = 0.95,
-                     resamples: int = 2000, seed: int = 0) -> Estimate:
+                     resamples: int | None = None, seed: int = 0) -> Estimate:
     """Mean per-example difference ``a[i] - b[i]`` (for accuracy: 1/0 correctness of each system on the same
-    dev example) with a percentile bootstrap interval over examples."""
+    dev example) with a percentile bootstrap interval over examples. For one deterministic system per side; runs
+    of several seeds go through ``hierarchical_bootstrap``."""
     import numpy as np
 
     if len(a) != len(b):
@@ -127,7 +296,7 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], metric: str, confid
     return _bootstrap(d, metric, confidence, resamples, seed, f"paired bootstrap over {d.size} examples")
 
 
-def bootstrap_mean(values: Sequence[float], metric: str, confidence: float = 0.95, resamples: int = 2000,
+def bootstrap_mean(values: Sequence[float], metric: str, confidence: float = 0.95, resamples: int | None = None,
                    seed: int = 0) -> Estimate:
     """Mean of per-example values (e.g. 1/0 correctness) with a percentile bootstrap interval."""
     import numpy as np
@@ -138,13 +307,49 @@ def bootstrap_mean(values: Sequence[float], metric: str, confidence: float = 0.9
     return _bootstrap(d, metric, confidence, resamples, seed, f"bootstrap over {d.size} examples")
 
 
-def _bootstrap(d, metric: str, confidence: float, resamples: int, seed: int, what: str) -> Estimate:
+def _bootstrap(d, metric: str, confidence: float, resamples: int | None, seed: int, what: str) -> Estimate:
     import numpy as np
 
+    resamples = resamples or resamples_for(confidence)
     rng = np.random.default_rng(seed)
-    means = d[rng.integers(0, d.size, size=(resamples, d.size))].mean(axis=1)
+    means = np.empty(resamples)
+    step = max(1, 20_000_000 // max(1, d.size))  # bounded memory for many resamples
+    for i in range(0, resamples, step):
+        k = min(step, resamples - i)
+        means[i:i + k] = d[rng.integers(0, d.size, size=(k, d.size))].mean(axis=1)
     lo, hi = np.quantile(means, [0.5 - confidence / 2, 0.5 + confidence / 2])
-    return Estimate(metric, float(d.mean()), float(lo), float(hi), int(d.size), f"{what} ({confidence:.0%})")
+    return Estimate(metric, float(d.mean()), float(lo), float(hi), int(d.size),
+                    f"{what}, {resamples:,} resamples ({confidence:.0%})", None, confidence)
+
+
+def hierarchical_bootstrap(a_runs: Sequence[Sequence[float]], b_runs: Sequence[Sequence[float]] | None,
+                           metric: str, confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> Estimate:
+    """Mean over seeds and examples of ``a[k][i] - b[k][i]`` (``b_runs`` None: of ``a[k][i]``), where ``a_runs[k]``
+    is seed k's per-example values on the dev examples every seed shares. Each resample draws seeds with
+    replacement, then examples with replacement (one draw for all drawn seeds: the examples are crossed with the
+    seeds); the interval is ``mean ± t(S-1) × SE`` with SE the standard deviation of the resampled means, so three
+    seeds get the wide t quantile (4.30) rather than a percentile interval that cannot reach past three values.
+    One seed: no seed-level interval (infinite), as for ``mean_interval``."""
+    import numpy as np
+
+    a = np.asarray(a_runs, dtype=float)
+    d = a if b_runs is None else a - np.asarray(b_runs, dtype=float)
+    if d.ndim != 2 or d.size == 0:
+        raise ValueError("hierarchical bootstrap needs seeds x examples values, the same examples for every seed")
+    s, n = d.shape
+    mean = float(d.mean())
+    if s == 1:
+        return Estimate(metric, mean, -math.inf, math.inf, 1, "one seed: no seed-level interval", None, confidence)
+    rng = np.random.default_rng(seed)
+    means = np.empty(resamples)
+    for r in range(resamples):
+        seeds = rng.integers(0, s, size=s)
+        examples = rng.integers(0, n, size=n)
+        means[r] = d[seeds][:, examples].mean()
+    half = _t_quantile(confidence, s - 1) * float(means.std(ddof=1))
+    return Estimate(metric, mean, mean - half, mean + half, s,
+                    f"hierarchical bootstrap: {s} seeds then {n} examples, t over seeds ({confidence:.0%})",
+                    s - 1, confidence)
 
 
 def same_within_seeds(scores: Mapping[str, Sequence[float]], tol: float = 1e-9) -> bool:
@@ -154,34 +359,105 @@ def same_within_seeds(scores: Mapping[str, Sequence[float]], tol: float = 1e-9) 
     return bool(per_seed) and all(max(vals) - min(vals) < tol for vals in per_seed)
 
 
+def _detect_text(est: Estimate) -> str:
+    det = detectable_effect(est)
+    return f"; could detect ±{det:.4f}" if det is not None else "; one run: no detectable effect"
+
+
 def decide_above(est: Estimate, threshold: float = 0.0, what: str = "") -> Verdict:
-    """Claim: the quantity is above ``threshold``."""
+    """Claim: the quantity is above ``threshold``. The reason reports the detectable effect beside the interval."""
     name = what or est.metric
+    det, said = detectable_effect(est), est.text() + _detect_text(est)
     if est.low > threshold:
-        return Verdict(SUPPORTED, f"{name} {est.text()} is above {threshold:g}", est)
+        return Verdict(SUPPORTED, f"{name} {said} is above {threshold:g}", est, detectable_effect=det)
     if est.high < threshold:
-        return Verdict(NOT_SUPPORTED, f"{name} {est.text()} is below {threshold:g}", est)
-    return Verdict(INCONCLUSIVE, f"{name} {est.text()} includes {threshold:g}", est)
+        return Verdict(NOT_SUPPORTED, f"{name} {said} is below {threshold:g}", est, detectable_effect=det)
+    return Verdict(INCONCLUSIVE, f"{name} {said} includes {threshold:g}", est, detectable_effect=det)
 
 
 def decide_within(est: Estimate, margin: float, what: str = "") -> Verdict:
-    """Claim: the quantity is within ``±margin`` of zero (no meaningful difference)."""
+    """Claim: the quantity is within ``±margin`` of zero (no meaningful difference). An interval wider than the
+    margin can never fit inside it: inconclusive then says it is underpowered and how many seeds would do."""
     name = what or est.metric
+    det, said = detectable_effect(est), est.text() + _detect_text(est)
     if -margin <= est.low and est.high <= margin:
-        return Verdict(SUPPORTED, f"{name} {est.text()} lies within ±{margin:g}", est)
+        return Verdict(SUPPORTED, f"{name} {said} lies within ±{margin:g}", est, detectable_effect=det)
     if est.low > margin or est.high < -margin:
-        return Verdict(NOT_SUPPORTED, f"{name} {est.text()} lies outside ±{margin:g}", est)
-    return Verdict(INCONCLUSIVE, f"{name} {est.text()} is not resolved against ±{margin:g}", est)
+        return Verdict(NOT_SUPPORTED, f"{name} {said} lies outside ±{margin:g}", est, detectable_effect=det)
+    reason = f"{name} {said} is not resolved against ±{margin:g}"
+    if math.isfinite(est.half_width()) and est.half_width() >= margin:
+        need = budget_to_decide(est, margin)
+        reason += (f"; underpowered: the interval's half-width ±{est.half_width():.4f} exceeds the margin ±{margin:g},"
+                   f" so it can never fit inside it; about {need} {_units(est)} would decide it")
+    return Verdict(INCONCLUSIVE, reason, est, detectable_effect=det, paper_effect=margin)
 
 
 def combine(verdicts: Sequence[Verdict], joiner: str = "; ") -> Verdict:
-    """A claim made of parts: not supported if any part is not, supported if every part is, else inconclusive."""
+    """A claim made of parts: cannot test if any part cannot; else not supported if any part is not, supported if
+    every part is, else inconclusive. The detectable effect is the largest among the undecided parts."""
     if not verdicts:
         raise ValueError("no verdicts to combine")
     outcomes = {v.outcome for v in verdicts}
-    outcome = NOT_SUPPORTED if NOT_SUPPORTED in outcomes else SUPPORTED if outcomes == {SUPPORTED} else INCONCLUSIVE
+    outcome = CANNOT_TEST if CANNOT_TEST in outcomes else NOT_SUPPORTED if NOT_SUPPORTED in outcomes \
+        else SUPPORTED if outcomes == {SUPPORTED} else INCONCLUSIVE
     estimate = verdicts[0].estimate if len(verdicts) == 1 else None
-    return Verdict(outcome, joiner.join(v.text() for v in verdicts), estimate)
+    open_parts = [v.detectable_effect for v in verdicts if v.outcome == INCONCLUSIVE and v.detectable_effect]
+    validity = tuple(c for v in verdicts for c in v.validity)
+    return Verdict(outcome, joiner.join(v.text() for v in verdicts), estimate, validity,
+                   max(open_parts) if open_parts else None, parts=tuple(verdicts))
+
+
+def seed_interval_above(scores: Sequence[float], trivial: float | None, what: str) -> Condition:
+    """The validity condition "a fine-tuned system is above its task's trivial predictor by a seed-level interval":
+    the lower end of the t interval over seeds of ``score - trivial`` above 0 (value: that lower end; one seed or a
+    missing trivial score: not established, value null)."""
+    if trivial is None or not scores:
+        return Condition.check(f"{what} above the trivial predictor (lower end of the seed-level interval)", None,
+                               ">", 0.0)
+    est = mean_interval([float(x) - float(trivial) for x in scores], what)
+    return Condition.check(f"{what} minus the trivial predictor {float(trivial):.4f} (lower end of the t interval "
+                           f"over {len(scores)} seed(s))", est.low if math.isfinite(est.low) else None, ">", 0.0)
+
+
+def assess(verdict: Verdict, validity: Sequence[Condition] = (), paper_effect: float | None = None) -> Verdict:
+    """The rule's verdict checked against the pre-registered validity conditions and the paper's effect.
+
+    Any unmet condition: ``cannot test``, with the failed conditions and their numbers first in the reason (the
+    rule's own outcome kept as ``rule_outcome``). Else the rule's outcome, with the detectable effect beside it;
+    an inconclusive verdict that could not have detected the paper's effect says it is underpowered and what budget
+    would decide it."""
+    validity = tuple(verdict.validity) + tuple(validity)
+    rule = (verdict.rule_outcome, verdict.rule_reason) if verdict.rule_outcome else (verdict.outcome, verdict.reason)
+    det = verdict.detectable_effect
+    if det is None and verdict.estimate is not None:
+        det = detectable_effect(verdict.estimate)
+    paper = paper_effect if paper_effect is not None else verdict.paper_effect
+    unmet = [c for c in validity if not c.met]
+    if unmet:
+        reason = "; ".join(c.text() for c in unmet) + f" [the rule alone: {rule[0]}: {rule[1]}]"
+        return Verdict(CANNOT_TEST, reason, verdict.estimate, validity, det, paper, *rule, verdict.parts)
+    reason = verdict.reason
+    if verdict.outcome == INCONCLUSIVE and paper is not None and "underpowered" not in reason:
+        if det is None:
+            reason += (f"; underpowered: one run gives no interval, the paper reports {paper:g}; at least 3 seeds "
+                       "are needed")
+        elif det > abs(paper):
+            est = verdict.estimate or _binding_estimate(verdict)
+            need = budget_to_decide(est, paper) if est is not None else None
+            units = _units(est) if est is not None else "seeds"
+            reason += (f"; underpowered: could detect ±{det:.4f}, the paper reports {paper:g}"
+                       + (f"; about {need} {units} would decide it" if need else ""))
+    return Verdict(verdict.outcome, reason, verdict.estimate, validity, det, paper, *rule, verdict.parts)
+
+
+def _binding_estimate(verdict: Verdict) -> Estimate | None:
+    """The estimate of the undecided part with the largest detectable effect."""
+    best = None
+    for v in verdict.parts:
+        if v.outcome == INCONCLUSIVE and v.estimate is not None and v.detectable_effect is not None and (
+                best is None or v.detectable_effect > best.detectable_effect):
+            best = v
+    return best.estimate if best is not None else None
 
 
 def run_metadata(budget: str | None = None, seeds: Sequence[int] | None = None) -> dict:

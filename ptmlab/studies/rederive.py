@@ -1,0 +1,144 @@
+"""Re-derive committed study results from their own numbers, without retraining.
+
+    python -m ptmlab.studies.rederive                  # every studies/results/<study>/results.json, rewritten
+    python -m ptmlab.studies.rederive --check          # exit 1 when a results.json is not what its numbers give
+
+For each ``<study>/results.json`` the study's module gives, from the record alone:
+
+- ``restate(record) -> Verdict`` (optional): the rule's verdict recomputed from the record's numbers with the
+  statistics the design asks for (a seed-level interval from ``per_seed`` where seeds' copies of each example were
+  pooled, say); without it the record's own rule verdict (``rule`` or ``outcome`` / ``reason`` / ``estimate``)
+  stands;
+- ``validity(record) -> list[Condition]``: the study's validity conditions on the record's numbers (a number the
+  record lacks is an unmet condition with value null);
+
+and ``common.judge`` turns them into the outcome, the validity block and the detectable effect, exactly as a new run
+does (``common.write_study``). The study's current ``Claim`` (with its conditions) replaces the recorded one, and
+absolute machine paths are made portable (``common.portable``). Running it twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from ptmlab.core.errors import PtmlabError
+from ptmlab.core.io import atomic_write_json
+from ptmlab.studies.verdict import INCONCLUSIVE, OUTCOMES, Estimate, Verdict, detectable_effect
+
+RESULTS = Path("studies/results")
+# what judge writes: dropped before a record is judged again
+_JUDGED = ("outcome", "reason", "estimate", "validity", "detectable_effect", "paper_effect", "rule", "verdict")
+
+
+def module_of(name: str, studies=None):
+    """The module that registers study ``name``."""
+    if studies is None:
+        from ptmlab.studies import load_all
+
+        studies = load_all()
+    if name not in studies:
+        raise PtmlabError(f"'{name}' is not a registered study")
+    return sys.modules[studies.get(name).__module__]
+
+
+def claim_of(module, name: str):
+    """The ``Claim`` a module declares for study ``name`` (None when it declares none)."""
+    from ptmlab.studies.verdict import Claim
+
+    found = []
+    for value in vars(module).values():
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, list | tuple) else [value]
+        found += [c for c in items if isinstance(c, Claim) and c.study == name]
+    return found[0] if found else None
+
+
+_INTERVAL = re.compile(r"(-?\d+\.\d+) \[(-?\d+\.\d+), (-?\d+\.\d+)\] \(([^()]*(?:\([^()]*\))?[^()]*)\)")
+
+
+def estimates_in(text: str) -> list[Estimate]:
+    """The intervals a reason quotes ("0.0076 [-0.0015, 0.0172] (paired t over 3 seeds (95%))"), as estimates."""
+    out = []
+    for value, low, high, method in _INTERVAL.findall(text):
+        n = re.search(r"over (\d+)", method)
+        out.append(Estimate.from_dict({"metric": "", "value": float(value), "low": float(low), "high": float(high),
+                                       "n": int(n.group(1)) if n else 0, "method": method}))
+    return out
+
+
+def recorded_rule(record: dict) -> Verdict:
+    """The rule's verdict as the record states it (before validity conditions and power notes)."""
+    rule = record.get("rule") if isinstance(record.get("rule"), dict) else None
+    outcome = (rule or record).get("outcome")
+    reason = str((rule or record).get("reason") or record.get("verdict") or "")
+    if outcome not in OUTCOMES:
+        outcome, reason = INCONCLUSIVE, f"no decision rule: {reason}"
+    est = record.get("estimate")
+    estimate = Estimate.from_dict(est) if isinstance(est, dict) and est.get("value") is not None else None
+    dets = [detectable_effect(e) for e in ([estimate] if estimate else estimates_in(reason))]
+    dets = [d for d in dets if d is not None]
+    return Verdict(outcome, reason, estimate, detectable_effect=max(dets) if dets else None)
+
+
+def rederive_record(name: str, record: dict, studies=None) -> dict:
+    """``record`` judged again from its own numbers (see the module docstring)."""
+    from ptmlab.studies.common import judge, output_of, portable
+
+    module = module_of(name, studies)
+    restate = getattr(module, "restate", None)
+    rule = restate(record, name) if restate is not None else None
+    if rule is None:
+        rule = recorded_rule(record)
+    claim = claim_of(module, name)
+    base = {k: v for k, v in record.items() if k not in _JUDGED}
+    if claim is not None:
+        base["claim"] = claim.to_dict()
+    verdict = judge(rule, base, getattr(module, "validity", None), claim)
+    new = {**base, **verdict.to_dict(), "verdict": verdict.text()}
+    return portable(new, output_of(record))
+
+
+def rederive(results_dir: Path = RESULTS, only: list[str] | None = None, write: bool = True,
+             studies=None) -> list[dict]:
+    """Re-derive every ``results_dir/<study>/results.json``; returns per study its outcome before and after and
+    whether the file changed (written only with ``write``)."""
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise PtmlabError(f"'{results_dir}' is not a directory of study results")
+    done = []
+    for path in sorted(results_dir.glob("*/results.json")):
+        name = path.parent.name
+        if only and name not in only:
+            continue
+        old = json.loads(path.read_text(encoding="utf-8"))
+        new = rederive_record(name, old, studies)
+        changed = json.dumps(new, sort_keys=True) != json.dumps(old, sort_keys=True)
+        if write and changed:
+            atomic_write_json(path, new)
+        done.append({"study": name, "before": old.get("outcome"), "after": new["outcome"], "changed": changed,
+                     "reason": new["reason"]})
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m ptmlab.studies.rederive", description=__doc__.split("\n\n")[0])
+    p.add_argument("--results", default=str(RESULTS), help="directory of <study>/results.json")
+    p.add_argument("--only", default="", help="comma-separated studies")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 when a result would change")
+    a = p.parse_args(argv)
+    try:
+        done = rederive(Path(a.results), [s for s in a.only.split(",") if s] or None, write=not a.check)
+    except PtmlabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for d in done:
+        print(f"{d['study']}: {d['before']} -> {d['after']}{' (changed)' if d['changed'] else ''}")
+    return 1 if a.check and any(d["changed"] for d in done) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
