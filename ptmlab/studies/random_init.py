@@ -32,12 +32,13 @@ from ptmlab.studies.common import (
     FULL_FINETUNE,
     SMALL_FINETUNE,
     StudyArgs,
-    finetune_variant,
+    finetune_run,
     parse_study_args,
     seed_dir,
     seed_list,
     write_study,
 )
+from ptmlab.studies.executor import run_grid
 from ptmlab.studies.verdict import Claim, Verdict, decide_above, mean_interval, paired_seeds, same_within_seeds
 
 CLAIM = Claim(
@@ -94,12 +95,15 @@ def run(argv: list[str]) -> int:
     tasks = available(a.tasks, a.glue_dir) or ["tweets"]  # a fresh machine without GLUE: the built-in task
     seeds = seed_list(a)
     out = Path(a.output)
+    inits = ("pretrained", "random")
+    done = run_grid(a, {(t, init, seed): finetune_run(a, seed_dir(out, f"{t}-{init}", seed, seeds), task=t, tasks=[],
+                                                      seed=seed, random_init=init == "random", test=False)
+                        for t in tasks for init in inits for seed in seeds})
     rows, margins = [], {}
     for t in tasks:
         score = {}
-        for init in ("pretrained", "random"):
-            summ = [finetune_variant(a, seed_dir(out, f"{t}-{init}", seed, seeds), task=t, tasks=[], seed=seed,
-                                     random_init=init == "random", test=False) for seed in seeds]
+        for init in inits:
+            summ = [done[t, init, seed] for seed in seeds]
             metric = summ[0]["main_metric"]
             score[init] = [x["metrics"][metric] for x in summ]
         margins[t] = score
