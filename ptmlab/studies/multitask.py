@@ -31,12 +31,13 @@ from ptmlab.studies.common import (
     FULL_FINETUNE,
     SMALL_FINETUNE,
     StudyArgs,
-    finetune_variant,
+    finetune_run,
     parse_study_args,
     seed_dir,
     seed_list,
     write_study,
 )
+from ptmlab.studies.executor import run_grid
 from ptmlab.studies.verdict import Claim, Verdict, decide_above, paired_seeds
 
 CLAIM = Claim(
@@ -118,11 +119,17 @@ def run(argv: list[str]) -> int:
     single: dict[str, list[float]] = {t: [] for t in tasks}
     multi: dict[str, list[float]] = {t: [] for t in tasks}
     metric_of: dict[str, str] = {}
+    grid = {}
     for seed in seeds:
-        mt = finetune_variant(a, seed_dir(out, "multitask", seed, seeds), task=tasks[0], tasks=tasks, seed=seed,
-                              test=False)
+        grid[seed, None] = finetune_run(a, seed_dir(out, "multitask", seed, seeds), task=tasks[0], tasks=tasks,
+                                        seed=seed, test=False)
+        grid.update({(seed, t): finetune_run(a, seed_dir(out, f"single-{t}", seed, seeds), task=t, seed=seed,
+                                             test=False) for t in tasks})
+    done = run_grid(a, grid)
+    for seed in seeds:
+        mt = done[seed, None]
         for t in tasks:
-            st = finetune_variant(a, seed_dir(out, f"single-{t}", seed, seeds), task=t, seed=seed, test=False)
+            st = done[seed, t]
             metric_of[t] = st["main_metric"]
             single[t].append(float(st["metrics"][metric_of[t]]))
             multi[t].append(float(mt["task_metrics"][t][metric_of[t]]))

@@ -40,13 +40,14 @@ from ptmlab.studies.common import (
     SMALL_FINETUNE,
     StudyArgs,
     eval_size,
-    finetune_variant,
+    finetune_run,
     parse_study_args,
     rows_per_seed,
     seed_dir,
     seed_list,
     write_study,
 )
+from ptmlab.studies.executor import run_grid
 from ptmlab.studies.verdict import (
     INCONCLUSIVE,
     NOT_SUPPORTED,
@@ -98,12 +99,11 @@ def run(argv: list[str]) -> int:
     a = parse_study_args("unfreezing", UnfreezingArgs, argv, __doc__, small=SMALL_FINETUNE, full=FULL)
     seeds = seed_list(a)
     out = Path(a.output)
+    done = run_grid(a, {(s, seed): finetune_run(a, seed_dir(out, s, seed, seeds), strategy=s, lr=LRS.get(s, 5e-5),
+                                                seed=seed, test=False) for s in a.strategies for seed in seeds})
     rows, per_seed = [], {}
     for s in a.strategies:
-        summ = []
-        for seed in seeds:
-            run_dir = seed_dir(out, s, seed, seeds)
-            summ.append(finetune_variant(a, run_dir, strategy=s, lr=LRS.get(s, 5e-5), seed=seed, test=False))
+        summ = [done[s, seed] for seed in seeds]
         metric = summ[0]["main_metric"]
         per_seed[s] = [x["metrics"][metric] for x in summ]
         rows.append({"strategy": s, metric: float(np.mean(per_seed[s])), "per_seed": [round(x, 4) for x in per_seed[s]],
