@@ -69,3 +69,83 @@ def compute_metrics(names, preds, refs) -> dict[str, float]:
 def glue_score(metrics: dict[str, float]) -> float:
     """A task's single GLUE score: the mean of its official metrics (MRPC: F1 and acc; STS-B: both corrs)."""
     return float(np.mean(list(metrics.values())))
+
+
+# ------------------------------------------------------------------------------------------ token classification
+def entity_scores(refs: list[list[str]], preds: list[list[str]]) -> dict:
+    """Entity-level precision, recall and F1 (micro over entities, as CoNLL's conlleval and seqeval's default
+    mode count them: an entity is right when its type and its exact span are), each entity type's numbers and
+    token accuracy. Tags are strings (IOB2, as ptmlab normalises them); one list per sentence, same lengths."""
+    from seqeval.metrics import classification_report
+
+    if len(refs) != len(preds) or any(len(r) != len(p) for r, p in zip(refs, preds, strict=False)):
+        raise ValueError("entity_scores: predictions and references differ in sentences or tokens")
+    report = classification_report(refs, preds, output_dict=True, zero_division=0)
+    micro = report.get("micro avg", {"precision": 0.0, "recall": 0.0, "f1-score": 0.0})
+    tokens = sum(len(r) for r in refs)
+    right = sum(a == b for r, p in zip(refs, preds, strict=True) for a, b in zip(r, p, strict=True))
+    per_type = {t: {"precision": float(v["precision"]), "recall": float(v["recall"]), "f1": float(v["f1-score"]),
+                    "support": int(v["support"])}
+                for t, v in report.items() if not t.endswith(" avg")}
+    return {"entity_f1": float(micro["f1-score"]), "entity_precision": float(micro["precision"]),
+            "entity_recall": float(micro["recall"]), "token_accuracy": right / tokens if tokens else float("nan"),
+            "per_type": per_type}
+
+
+@METRICS.register("entity_f1")
+def entity_f1(preds, refs) -> float:
+    """Entity-level micro F1 (seqeval / conlleval) of tag sequences."""
+    return entity_scores(refs, preds)["entity_f1"]
+
+
+@METRICS.register("entity_precision")
+def entity_precision(preds, refs) -> float:
+    """Entity-level micro precision (seqeval / conlleval) of tag sequences."""
+    return entity_scores(refs, preds)["entity_precision"]
+
+
+@METRICS.register("entity_recall")
+def entity_recall(preds, refs) -> float:
+    """Entity-level micro recall (seqeval / conlleval) of tag sequences."""
+    return entity_scores(refs, preds)["entity_recall"]
+
+
+# ------------------------------------------------------------------------------------------------ extractive QA
+def squad_normalize(s: str) -> str:
+    """SQuAD v1.1's official answer normalisation: lower case, no punctuation, no articles (a, an, the), single
+    spaces (evaluate-v1.1.py's ``normalize_answer``)."""
+    import re
+    import string
+
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+def squad_exact(prediction: str, gold: str) -> float:
+    return float(squad_normalize(prediction) == squad_normalize(gold))
+
+
+def squad_token_f1(prediction: str, gold: str) -> float:
+    """Bag-of-tokens F1 of two normalised answers (0 when nothing is shared)."""
+    from collections import Counter
+
+    p, g = squad_normalize(prediction).split(), squad_normalize(gold).split()
+    common = Counter(p) & Counter(g)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(p), same / len(g)
+    return 2 * precision * recall / (precision + recall)
+
+
+def squad_scores(predictions: list[str], golds: list[list[str]]) -> dict[str, float]:
+    """SQuAD v1.1's exact match and F1 in percent: per question the best over its gold answers, then the mean."""
+    if len(predictions) != len(golds):
+        raise ValueError("squad_scores: one prediction per question")
+    if not golds:
+        return {"exact_match": float("nan"), "f1": float("nan")}
+    em = [max(squad_exact(p, g) for g in gs) for p, gs in zip(predictions, golds, strict=True)]
+    f1 = [max(squad_token_f1(p, g) for g in gs) for p, gs in zip(predictions, golds, strict=True)]
+    return {"exact_match": 100.0 * sum(em) / len(em), "f1": 100.0 * sum(f1) / len(f1)}
