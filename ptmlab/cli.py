@@ -48,18 +48,64 @@ def module_of(verb: str) -> str | None:
     return name if name in COMMAND_MODULES else None
 
 
+# each verb's line in ``ptmlab --help``: listed here so that the top-level help imports no command module (some
+# import torch and transformers to declare their options); tests check it against what the modules register
+COMMAND_HELP = {
+    "finetune": "fine-tune a model on a task",
+    "evaluate": "evaluate a run directory or model on a task",
+    "glue": "fine-tune and evaluate on every available GLUE task",
+    "models": "list zoo models (or install the optional mpnet)",
+    "report": "write a report for one run or a comparison of several",
+    "study": "run a study (a source claim as an experiment with a verdict); `study all`, `study dashboard`, "
+             "`study collect`",
+    "demo": "fine-tune minilm on the built-in tweets task and write a report",
+    "tokenizer": "train, evaluate and swap tokenizers",
+    "analyze": "look inside a model: head/layer ablation, attention, anomaly detection",
+    "prune": "remove attention heads, FFN neurons or layers, then recover by fine-tuning",
+    "quantize": "int8 / k-bit quantization with size, latency and dev metric",
+    "compress": "run compression steps in order and tabulate each step's cost",
+    "lowrank": "factorise Linear layers by truncated SVD, then recover by fine-tuning",
+    "share": "tie groups of consecutive layers to one set of weights (ALBERT-style), then recover",
+    "magnitude": "zero the smallest encoder weights (unstructured), then recover",
+    "ghost": "add GhostBERT ghost features to a pruned model, then fine-tune",
+    "distill": "distil a teacher into a smaller student (soft targets, TinyBERT, MiniLM, PKD)",
+    "distill-embeddings": "multilingual sentence embeddings by distillation on parallel sentences (Reimers & "
+                          "Gurevych 2020)",
+    "retrieval": "bitext retrieval accuracy (nearest neighbour by cosine), both directions",
+    "meta-distill": "Meta-KD: a meta-teacher across domains, meta-distilled into a student",
+    "pretrain": "pre-train (or continue pre-training) with a self-supervised objective",
+    "serve": "serve a model over HTTP with keys, quotas and output policies",
+    "keys": "manage API keys of `ptmlab serve` (stored hashed)",
+    "extract": "model extraction: copy a served model, or verify a watermark",
+    "clean": "clean pre-training text: C4/Gopher filters, language id, deduplication",
+    "scale": "scaling sweep: model sizes x FLOP budgets, power-law fits, compute frontier",
+    "longify": "make a model read long inputs with sliding-window + global attention",
+    "export": "write a model as transformers, ONNX, ONNX int8 or torch int8, with parity",
+    "push": "upload a run directory or export to the Hugging Face Hub",
+}
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The ``ptmlab`` parser. When ``argv`` starts with a verb only that verb's module is imported: some modules
     import torch and transformers to declare their options, seconds that ``ptmlab keys list`` or a bad flag should
-    not pay. Without a verb (``--help``, a typo) every verb is registered."""
-    parser = ArgParser(prog="ptmlab", description="Transfer learning with pre-trained language models.")
+    not pay. Without a verb (``--help``, a typo) each verb is listed from ``COMMAND_HELP`` without importing its
+    module (a module none of whose verbs is listed there is imported and registered)."""
+    parser = ArgParser(prog="ptmlab", description="Transfer learning with pre-trained language models. "
+                                                  "Command grammar: docs/cli.md.")
     from ptmlab import __version__
 
     parser.add_argument("--version", action="version", version=f"ptmlab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgParser)
     only = module_of(argv[0]) if argv and not argv[0].startswith("-") else None
-    for name in [only] if only else COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+    if only:
+        importlib.import_module(only).register(sub)
+        return parser
+    listed = {module_of(verb) for verb in COMMAND_HELP}
+    for name in COMMAND_MODULES:
+        if name not in listed:
+            importlib.import_module(name).register(sub)
+    for verb, help_ in COMMAND_HELP.items():
+        sub.add_parser(verb, help=help_)
     return parser
 
 

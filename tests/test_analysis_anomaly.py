@@ -129,7 +129,7 @@ def test_blimp_subset_on_minilm_end_to_end(tmp_path):
     sets = tmp_path / "sets.csv"
     sets.write_text("\n".join((SHARED / "anomaly" / "osterhout-nicol.csv").read_text().splitlines()[:9]) + "\n")
     out = tmp_path / "out"
-    proc = run_cli("analyze", "anomaly", "--model", "minilm", "--blimp", str(blimp), "--reference", str(ref),
+    proc = run_cli("analyze", "anomaly", "minilm", "--blimp", str(blimp), "--reference", str(ref),
                    "--covariance", "ledoit-wolf", "--output", str(out), "--heatmap-pairs", "1",
                    "--anomaly-sets", str(sets))
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -143,7 +143,7 @@ def test_blimp_subset_on_minilm_end_to_end(tmp_path):
     assert (out / "plots" / "surprisal_0_bad.png").is_file() and (out / "gaussians.safetensors").is_file()
     # the saved Gaussians are reused: same numbers without the reference corpus
     out2 = tmp_path / "out2"
-    proc = run_cli("analyze", "anomaly", "--model", "minilm", "--blimp", str(blimp), "--reference", "missing.txt",
+    proc = run_cli("analyze", "anomaly", "minilm", "--blimp", str(blimp), "--reference", "missing.txt",
                    "--gaussians", str(out / "gaussians.safetensors"), "--output", str(out2), "--heatmap-pairs", "0")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((out2 / "summary.json").read_text())["per_layer"] == s["per_layer"]

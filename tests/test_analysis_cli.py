@@ -82,7 +82,7 @@ def test_bad_inputs_exit_2(setup, tmp_path, capsys):
     save_model(load_model("tiny", num_labels=3), load_tokenizer("tiny"), three)
     assert_error(cli(capsys, "analyze", "layers", str(three), *data, "--output", str(tmp_path / "o")), "3 outputs")
     assert not (tmp_path / "o").exists()  # nothing written for a bad input
-    assert_error(cli(capsys, "analyze", "anomaly", "--model", "tiny", "--output", str(tmp_path / "o")), "--blimp")
+    assert_error(cli(capsys, "analyze", "anomaly", "tiny", "--output", str(tmp_path / "o")), "--blimp")
     (tmp_path / "b.jsonl").write_text('{"sentence_good": "x"}\n')
-    assert_error(cli(capsys, "analyze", "anomaly", "--model", "tiny", "--blimp", str(tmp_path / "b.jsonl"),
+    assert_error(cli(capsys, "analyze", "anomaly", "tiny", "--blimp", str(tmp_path / "b.jsonl"),
                      "--output", str(tmp_path / "o")), "sentence_bad")

@@ -81,9 +81,9 @@ def test_distill_embeddings_end_to_end(pairs, tmp_path):
 
     # and ptmlab's retrieval command accepts it
     r = run_cli("retrieval", str(out), "--pairs", str(en), str(de), "--max-pairs", "12", "--output",
-                str(tmp_path / "r.json"))
+                str(tmp_path / "r"))
     assert r.returncode == 0, r.stderr[-2000:]
-    res = json.loads((tmp_path / "r.json").read_text())["results"][0]
+    res = json.loads((tmp_path / "r" / "retrieval.json").read_text())["results"][0]
     assert res["pairs"] == 12 and 0 <= res["src_to_tgt"] <= 100
 
 
@@ -130,9 +130,9 @@ def test_bad_parallel_input_is_one_line_and_writes_nothing(tmp_path, case):
 def test_retrieval_on_tatoeba_runs_for_a_zoo_model(tmp_path):
     t = SHARED / "parallel" / "tatoeba"
     p = run_cli("retrieval", "tiny", "--pairs", str(t / "tatoeba.deu-eng.eng"), str(t / "tatoeba.deu-eng.deu"),
-                "--max-pairs", "50", "--output", str(tmp_path / "r.json"))
+                "--max-pairs", "50", "--output", str(tmp_path / "r"))
     assert p.returncode == 0, p.stderr[-2000:]
-    r = json.loads((tmp_path / "r.json").read_text())["results"][0]
+    r = json.loads((tmp_path / "r" / "retrieval.json").read_text())["results"][0]
     assert r["pairs"] == 50 and set(r) >= {"src_to_tgt", "tgt_to_src"}
 
 

@@ -42,7 +42,7 @@ class CleanConfig:
     workers: int = opt(1, "worker processes for the per-document rules")
     doc_sep: str = opt("file", "documents in .txt files: one per file, or separated by blank lines",
                        choices=["file", "blank"])
-    text_field: str = opt("text", "JSONL field holding the text")
+    text_col: str = opt("text", "JSONL field holding the text", deprecated=("--text-field",))
     id_field: str = opt("id", "JSONL field holding the document id")
     batch_size: int = opt(64, "documents per worker batch")
     overwrite: bool = opt(False, "replace the outputs of an earlier run in the output folder")
@@ -203,7 +203,7 @@ def run_clean(cfg: CleanConfig) -> dict:
     try:
         with open(tmp["clean.jsonl"], "w", encoding="utf-8") as clean_f, \
                 open(tmp["removed.jsonl"], "w", encoding="utf-8") as removed_f:
-            docs = read_documents(files, cfg.doc_sep, cfg.text_field, cfg.id_field)
+            docs = read_documents(files, cfg.doc_sep, cfg.text_col, cfg.id_field)
             bar = progress(desc="clean", unit="doc")
             for results in _results(docs, names, params, rules, cfg):
                 for res in results:

@@ -74,7 +74,7 @@ def _jsonl(path: Path, text_field: str, id_field: str) -> Iterator[RawDoc]:
             raise PtmlabError(f"'{path}' line {no} is not JSON: each line must be one JSON object") from None
         if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
             raise PtmlabError(f"'{path}' line {no} has no string '{text_field}' field: add it or pass "
-                              f"--text-field NAME")
+                              f"--text-col NAME")
         doc_id = row.get(id_field)
         yield RawDoc(str(doc_id) if doc_id is not None else f"{stem}:{no}", row[text_field])
 

@@ -38,7 +38,7 @@ class AnalyzeConfig(DataArgs):
 
 @dataclass(frozen=True)
 class AnomalyConfig:
-    model: str = opt("minilm", "zoo name, model or run directory")
+    model: str = opt("minilm", "zoo name, model or run directory", cli=False)  # the positional MODEL
     blimp: str | None = opt(None, "BLiMP folder (or file) of jsonl minimal pairs")
     anomaly_sets: str | None = opt(None, "folder (or file) of psycholinguistic csv sets, correct sentence first")
     reference: str | None = opt(None, "reference text file/folder, or 'tweets' (default: ../shared/data/text/"
@@ -52,7 +52,8 @@ class AnomalyConfig:
     gaussians: str | None = opt(None, "saved Gaussians to reuse (fitted and saved there when missing)")
     heatmap_pairs: int = opt(3, "BLiMP pairs whose token surprisal is plotted")
     batch_size: int = opt(64, "encoding batch size")
-    seed: int = opt(0, "seed for the reference sample")
+    seed: int = opt(0, "seed for the reference sample (0, not the usual 42: the sample the BLiMP results in "
+                       "docs/analysis.md were measured on)")
     output: str | None = opt(None, "output directory")
     overwrite: bool = opt(False, "replace an existing analysis in --output")
 
@@ -85,6 +86,10 @@ def register(sub) -> None:
         add_config_args(q, AnalyzeConfig)
         q.set_defaults(func=run_task_analysis, kind=kind)
     q = verbs.add_parser("anomaly", help="layer-wise Gaussian anomaly detection on BLiMP / psycholinguistic sets")
+    q.add_argument("model", nargs="?", metavar="MODEL", default=argparse.SUPPRESS,
+                   help="zoo name, model or run directory (default: minilm)")
+    q.add_argument("--model", dest="model", default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS).deprecated_for = "the positional MODEL"
     q.add_argument("--config", help="YAML file with options")
     add_config_args(q, AnomalyConfig)
     q.set_defaults(func=run_anomaly)

@@ -25,8 +25,10 @@ def run(args: argparse.Namespace) -> int:
     from ptmlab.distill.pipeline import run_distill
 
     if args.resume:
+        from ptmlab.core.cli_parser import refuse_with_resume
         from ptmlab.core.rundir import RunDir
 
+        refuse_with_resume(args, DistillConfig)
         cfg = RunDir.resume_config(args.resume, DistillConfig, "distill")
         s = run_distill(cfg, resume=True)
     else:

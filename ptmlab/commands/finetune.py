@@ -22,8 +22,10 @@ def run(args: argparse.Namespace) -> int:
     from ptmlab.train.finetune import run_finetune
 
     if args.resume:
+        from ptmlab.core.cli_parser import refuse_with_resume
         from ptmlab.core.rundir import RunDir
 
+        refuse_with_resume(args, FinetuneConfig)
         cfg = RunDir.resume_config(args.resume, FinetuneConfig, "finetune")
     else:
         cfg = resolve_config(FinetuneConfig, args, args.config)

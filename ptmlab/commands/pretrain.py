@@ -31,8 +31,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {name:10} {OBJECTIVES.help(name)}")
         return 0
     if args.resume:
+        from ptmlab.core.cli_parser import refuse_with_resume
         from ptmlab.core.rundir import RunDir
 
+        refuse_with_resume(args, PretrainConfig)
         cfg = RunDir.resume_config(args.resume, PretrainConfig, "pretrain")
         s = run_pretrain(cfg, resume=True)
     else:

@@ -17,7 +17,7 @@ class RetrievalConfig:
     batch_size: int = opt(128, "encoding batch size")
     pooling: str | None = opt(None, "override the model's pooling: mean, cls or max (default: its "
                                     "sentence-transformers config, else mean)")
-    output: str | None = opt(None, "write the results as JSON to this file")
+    output: str | None = opt(None, "directory for retrieval.json (default: table only)")
 
     def validate(self) -> None:
         if len(self.pairs) % 2:
@@ -41,6 +41,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ptmlab.core.cli_parser import output_file
     from ptmlab.core.io import atomic_write_json
     from ptmlab.core.seed import configure_threads
     from ptmlab.distill.embeddings import load_sentence_model
@@ -55,6 +56,6 @@ def run(args: argparse.Namespace) -> int:
     rows = [evaluate_pairs(model, tok, p, cfg.max_length, cfg.batch_size) for p in sets]
     result = {"model": args.model, "pooling": model.describe(), "results": rows}
     if cfg.output:
-        atomic_write_json(cfg.output, result)
+        atomic_write_json(output_file(cfg.output, "retrieval.json"), result)
     print_table(rows, ["src", "tgt", "pairs", "src_to_tgt", "tgt_to_src"])
     return 0

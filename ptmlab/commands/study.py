@@ -15,6 +15,7 @@ from ptmlab.core.cli_parser import ArgParser
 def register(sub) -> None:
     p = sub.add_parser("study", help="run a study (a source claim as an experiment with a verdict); "
                                      "`study all`, `study dashboard`, `study collect`", add_help=False)
+    p.add_argument("-h", "--help", dest="list_studies", action="store_true", help="list the studies")
     p.add_argument("name", nargs="?", help="study name; `ptmlab study` lists them")
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=run)
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     if args.name in SUITE_COMMANDS:
         return SUITE_COMMANDS[args.name](args.rest)
     studies = load_all()
-    if not args.name or args.name in ("-h", "--help"):
+    if not args.name or args.list_studies:
         print("studies:")
         for name in studies:
             print(f"  {name:24} {studies.help(name)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from ptmlab.core.cli_parser import ListAction
 from ptmlab.core.config import add_config_args, opt, resolve_config
 from ptmlab.core.errors import PtmlabError
 
@@ -35,7 +36,7 @@ class SwapArgs:
     output: str = opt("", "output directory for the model with its new tokenizer")
 
 
-_FILES_HELP = ("text: files, .gz files, folders, or built-in corpora tatoeba:LANG, multi30k:LANG[:SPLIT], "
+_FILES_HELP = ("text, comma-separated (or space-separated): files, .gz files, folders, or built-in corpora tatoeba:LANG, multi30k:LANG[:SPLIT], "
                "tweets, wordfreq:LANG[:N]")
 
 
@@ -46,7 +47,7 @@ def register(sub) -> None:
 
     t = verbs.add_parser("train", help="train BPE / WordPiece / Unigram tokenizers on text")
     t.add_argument("--config", help="YAML file with options")
-    t.add_argument("--files", nargs="+", default=argparse.SUPPRESS, metavar="F", help=_FILES_HELP)
+    t.add_argument("--files", action=ListAction, default=argparse.SUPPRESS, metavar="F", help=_FILES_HELP)
     add_config_args(t, TrainArgs)
     t.set_defaults(func=run_train)
 
@@ -54,7 +55,7 @@ def register(sub) -> None:
     e.add_argument("tokenizers", nargs="+", metavar="TOKENIZER",
                    help="tokenizer directories, tokenizer.json files, minilm, xlmr or other zoo names")
     e.add_argument("--config", help="YAML file with options")
-    e.add_argument("--files", nargs="+", default=argparse.SUPPRESS, metavar="F", help=_FILES_HELP)
+    e.add_argument("--files", action=ListAction, default=argparse.SUPPRESS, metavar="F", help=_FILES_HELP)
     add_config_args(e, EvalArgs)
     e.set_defaults(func=run_eval)
 

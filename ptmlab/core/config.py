@@ -35,8 +35,15 @@ def _field_types(cls) -> dict[str, Any]:
 
 
 def add_config_args(parser: argparse.ArgumentParser, cls, exclude: tuple[str, ...] = ()) -> None:
-    """Add one flag per dataclass field; defaults stay in the dataclass (flags given are the only ones seen)."""
+    """Add one flag per dataclass field; defaults stay in the dataclass (flags given are the only ones seen).
+
+    Flags are listed in --help by topic: the ``OPTION_GROUP`` of the class that first declares the field (or the
+    field's ``group`` metadata); fields a class names in ``CLI_EXCLUDE`` (inherited options its command does not
+    use) are not offered. A field's ``deprecated`` metadata names old flag spellings that still work, with a note."""
+    from ptmlab.core.cli_parser import option_group
+
     types_ = _field_types(cls)
+    exclude = (*exclude, *getattr(cls, "CLI_EXCLUDE", ()))
     for f in dataclasses.fields(cls):
         if f.name in exclude or f.metadata.get("cli") is False:
             continue
@@ -48,12 +55,25 @@ def add_config_args(parser: argparse.ArgumentParser, cls, exclude: tuple[str, ..
             help_ = f"{help_} (default: {default})" if help_ else f"default: {default}"
         kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": help_}
         if tp is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+            kw["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(tp) is list:
-            parser.add_argument(flag, type=_csv_list, metavar="A,B,...", **kw)
+            kw.update(type=_csv_list, metavar="A,B,...")
         else:
-            choices = f.metadata.get("choices")
-            parser.add_argument(flag, type=_cli_type(tp, flag), choices=choices, **kw)
+            kw.update(type=_cli_type(tp, flag), choices=f.metadata.get("choices"))
+        group = option_group(parser, f.metadata.get("group") or _group_of(cls, f.name))
+        action = group.add_argument(flag, **kw)
+        action.field_name = f.name
+        action.field_default = default  # read by the grammar test (one default seed and max length)
+        for old in f.metadata.get("deprecated", ()):
+            group.add_argument(old, **{**kw, "help": argparse.SUPPRESS}).deprecated_for = flag
+
+
+def _group_of(cls, name: str) -> str:
+    """The --help topic of field ``name``: ``OPTION_GROUP`` of the most basic class declaring it."""
+    for klass in reversed(cls.__mro__):
+        if name in vars(klass).get("__annotations__", {}):
+            return vars(klass).get("FIELD_GROUPS", {}).get(name) or vars(klass).get("OPTION_GROUP") or "options"
+    return "options"
 
 
 def _csv_list(s: str) -> list[str]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
-from ptmlab.train.args import DataArgs, MultiTaskArgs, TrainArgs
+from ptmlab.train.args import STRATEGY_OPTIONS, DataArgs, MultiTaskArgs, TrainArgs
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,8 @@ class DistillArgs:
 
 @dataclass(frozen=True)
 class DistillConfig(DistillArgs, MultiTaskArgs, DataArgs, TrainArgs):
+    CLI_EXCLUDE = STRATEGY_OPTIONS  # the student always trains fully
+
     def validate(self) -> None:
         self.validate_tasks()
         self.validate_data()

@@ -35,7 +35,7 @@ from torch import nn
 
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
-from ptmlab.train.args import TrainArgs
+from ptmlab.train.args import STRATEGY_OPTIONS, TrainArgs
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,8 @@ class MetaKDArgs:
 
 @dataclass(frozen=True)
 class MetaDistillConfig(MetaKDArgs, TrainArgs):
+    CLI_EXCLUDE = STRATEGY_OPTIONS  # the student always trains fully
+
     epochs: float = opt(3.0, "student epochs")
     lr: float = opt(1e-4, "student learning rate")
 

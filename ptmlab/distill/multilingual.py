@@ -24,7 +24,7 @@ import numpy as np
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.report.model_card import write_model_card
-from ptmlab.train.args import TrainArgs
+from ptmlab.train.args import STRATEGY_OPTIONS, TrainArgs
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,8 @@ class EmbedDistillArgs:
 
 @dataclass(frozen=True)
 class EmbedDistillConfig(EmbedDistillArgs, TrainArgs):
+    CLI_EXCLUDE = (*STRATEGY_OPTIONS, "test")  # the student trains fully; there is no test split
+
     epochs: float = opt(1.0, "training epochs (fractions allowed)")
     batch_size: int = opt(64, "pairs per optimizer step")
     lr: float = opt(5e-5, "peak learning rate")

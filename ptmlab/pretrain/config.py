@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
-from ptmlab.train.args import TrainArgs
+from ptmlab.train.args import STRATEGY_OPTIONS, TrainArgs
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,8 @@ class PretrainArgs:
 
 @dataclass(frozen=True)
 class PretrainConfig(TrainArgs, PretrainArgs):
+    CLI_EXCLUDE = (*STRATEGY_OPTIONS, "test")  # every weight trains; pre-training has no test split
+
     lr: float = opt(5e-4, "peak learning rate")
     epochs: float = opt(1.0, "passes over the training blocks (--max-steps/--max-tokens/--max-flops stop earlier)")
     eval_steps: int = opt(100, "evaluate the held-out loss every N steps")

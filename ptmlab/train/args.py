@@ -15,6 +15,8 @@ from ptmlab.data.labels import KIND_CHOICES
 
 @dataclass(frozen=True)
 class ModelArgs:
+    OPTION_GROUP = "model"
+
     model: str = opt("minilm", "zoo name (minilm, mpnet, tiny), model directory, run directory or hub id")
     dropout: float | None = opt(None, "override the model's dropout probabilities (0 disables dropout)")
     random_init: bool = opt(False, "same architecture with fresh random weights instead of the pretrained ones")
@@ -22,6 +24,8 @@ class ModelArgs:
 
 @dataclass(frozen=True)
 class DataArgs:
+    OPTION_GROUP = "data"
+
     task: str = opt("tweets", "task name (cola sst2 mrpc stsb rte wnli tweets), a name for --train-file data, "
                               "hf:NAME[:CONFIG] (a hub dataset; cached ones offline), or a data file or "
                               "Dataset.save_to_disk directory")
@@ -61,6 +65,8 @@ class LongArgs:
     """How documents longer than the model's window are read (docs/long_inputs.md); only ``finetune`` and
     ``evaluate`` take these, so commands that would ignore them do not offer them."""
 
+    OPTION_GROUP = "long inputs"
+
     long_strategy: str = opt("truncate", "long inputs: truncate to --max-length (the usual), chunk (overlapping "
                                          "--long-chunk windows, logits pooled), window (a `ptmlab longify` model "
                                          "reads all --max-length tokens) or recurrence (--long-chunk segments in "
@@ -93,8 +99,20 @@ class LongArgs:
                               f"{self.long_chunk - 2}: e.g. {max(1, self.long_chunk // 2)}")
 
 
+# the options that choose how a pretrained model is fine-tuned: commands whose model always trains fully
+# (distillation, pre-training) leave them out of their flags (``CLI_EXCLUDE``)
+STRATEGY_OPTIONS = ("strategy", "unfreeze_every", "adapter_size", "lora_r", "lora_alpha", "lora_dropout")
+
+
 @dataclass(frozen=True)
 class TrainArgs:
+    OPTION_GROUP = "training"
+    FIELD_GROUPS = {**dict.fromkeys(("lr", "weight_decay", "warmup", "schedule", "stlr_cut_frac", "stlr_ratio",
+                                     "max_grad_norm"), "optimizer and schedule"),
+                    **dict.fromkeys(STRATEGY_OPTIONS + ("llrd",), "fine-tuning strategy"),
+                    **dict.fromkeys(("device", "precision", "group_by_length", "first_token_only", "fast_dropout",
+                                     "reuse_host_memory", "compile"), "hardware and speed")}
+
     output: str | None = opt(None, "run directory to create")
     epochs: float = opt(3.0, "training epochs (fractions allowed)")
     max_steps: int = opt(0, "stop after this many optimizer steps (0: use --epochs)")
@@ -168,6 +186,8 @@ class TrainArgs:
 @dataclass(frozen=True)
 class MultiTaskArgs:
     """Several tasks, one encoder, a head per task (MT-DNN; docs/finetuning.md): ``finetune`` and ``distill``."""
+
+    OPTION_GROUP = "multi-task"
 
     tasks: list[str] = opt([], "multi-task: two or more tasks trained together, one head each (e.g. sst2,mrpc,rte); "
                                "replaces --task")
