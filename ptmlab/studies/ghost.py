@@ -5,12 +5,18 @@ the same pruned model fine-tuned alone and a model pruned less to the same param
 et al., "GhostBERT: Generate More Features with Cheap Operations for BERT". Paper: on GLUE, ghost modules on a
 BERT-base pruned to 1/2-1/12 width recover most of the loss (e.g. +0.5 to +2 average points over the pruned model).
 
-Rule: paired bootstrap over dev examples (seeds pooled, 95%) of ghost minus pruned and of ghost minus equal-size:
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): the reference, the
+unpruned fine-tuned model, has at least the training epochs of the pruned models compared with it (``train_epochs``:
+the unpruned model's fine-tuning against the fine-tuning before pruning plus the recovery fine-tuning after it), so
+that the ghost modules are not credited with training the reference never had; the variants (a), (b) and (c) are
+each above the task's trivial predictor by a t interval over seeds.
+
+Rule: hierarchical bootstrap (seeds, then dev examples, 95%) of ghost minus pruned and of ghost minus equal-size:
 supported when both intervals are above 0, not supported when either is below 0, otherwise inconclusive.
 
-In detail: two paired comparisons over dev examples (seeds pooled, 95% bootstrap): (b) ghost minus (a) pruned, and
-(b) ghost minus (c) equal-size. Each part is supported when its interval is above 0, not supported when below 0,
-inconclusive when it includes 0. Supported when both parts are, not supported when either is not, inconclusive
+In detail: two paired comparisons (hierarchical bootstrap: seeds, then dev examples, 95%): (b) ghost minus (a)
+pruned, and (b) ghost minus (c) equal-size. Each part is supported when its interval is above 0, not supported when
+below 0, inconclusive when it includes 0. Supported when both parts are, not supported when either is not, inconclusive
 otherwise.
 
 From one fine-tuned model, heads and FFN neurons are pruned (``--heads``/``--ffn``, default half of each; no
@@ -30,7 +36,7 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import FULL_FINETUNE, SMALL_FINETUNE, parse_study_args, write_study
 from ptmlab.studies.compress_common import CompressStudyArgs
-from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, combine, decide_above, paired_bootstrap
+from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, combine, decide_above, hierarchical_bootstrap
 
 CLAIM = Claim(
     study="ghost",
@@ -38,9 +44,14 @@ CLAIM = Claim(
     source="ACL 2021: Huang et al., GhostBERT: Generate More Features with Cheap Operations for BERT",
     paper="GLUE: ghost modules on BERT-base pruned to 1/2-1/12 width recover most of the loss, about +0.5 to +2 "
           "average points over the pruned model",
-    rule="paired bootstrap over dev examples (seeds pooled, 95%) of ghost minus pruned and of ghost minus "
+    rule="hierarchical bootstrap (seeds, then dev examples, 95%) of ghost minus pruned and of ghost minus "
          "equal-size: supported when both intervals are above 0, not supported when either is below 0, otherwise "
          "inconclusive",
+    conditions=(
+        "the unpruned reference trained at least as long as the pruned models compared with it",
+        "the variants (a), (b) and (c) each above the task's trivial predictor by a t interval over seeds",
+    ),
+    paper_effect=0.005,
 )
 
 
@@ -135,6 +146,7 @@ def run(argv: list[str]) -> int:
     for r, k in zip(rows[2:], ("pruned", "ghost", "equal"), strict=True):
         if all(c is not None for c in correct[k]):
             r["dev_mean_over_seeds"] = round(float(np.mean(np.concatenate(correct[k]))), 4)
+            r["per_seed"] = [round(float(np.mean(c)), 4) for c in correct[k]]
     rows[-1]["params_vs_b"] = round(rows[-1]["params"] / rows[3]["params"] - 1, 4)
     cols = ["variant", "dev", "dev_mean_over_seeds", "params", "ghost_params", "size_mb", "latency_b32_ms",
             "speedup_b32"]
@@ -142,8 +154,10 @@ def run(argv: list[str]) -> int:
     write_study(out, f"Study: GhostBERT ghost modules ({a.task}, kernel {a.ghost_kernel})", rows,
                 decide(correct), [(fig, "ghost", "dev metric per variant (the last seed's runs)")],
                 extra={"metric": meas.spec.main_metric, "fine_tuned": ft, "heads": a.heads, "ffn": a.ffn,
-                       "ghost_kernel": a.ghost_kernel, "equal_params_fraction": frac},
-                columns=cols, claim=CLAIM, budget=a.budget, seeds=seeds)
+                       "ghost_kernel": a.ghost_kernel, "equal_params_fraction": frac,
+                       # the unpruned model is fine-tuned once; the pruned ones had that and a recovery fine-tuning
+                       "train_epochs": {"reference": a.epochs, "compared": 2 * a.epochs}},
+                columns=cols, claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
 
 
@@ -151,8 +165,7 @@ def decide(correct: dict[str, list]) -> Verdict:
     """The rule of ``CLAIM`` on per-seed, per-example dev correctness of ``pruned``, ``ghost`` and ``equal``."""
     if any(c is None for runs in correct.values() for c in runs):
         return Verdict(INCONCLUSIVE, "no per-example correctness (a regression task): the bootstrap rule cannot run")
-    pooled = {k: np.concatenate([np.asarray(c, dtype=float) for c in runs]) for k, runs in correct.items()}
-    parts = [decide_above(paired_bootstrap(pooled["ghost"], pooled[k], f"accuracy of ghost minus {name}"), 0.0)
+    parts = [decide_above(hierarchical_bootstrap(correct["ghost"], correct[k], f"accuracy of ghost minus {name}"), 0.0)
              for k, name in (("pruned", "the same pruned model"), ("equal", "the equal-size pruned model"))]
     return combine(parts)
 
@@ -162,3 +175,28 @@ def _plot(rows: list[dict], metric: str):
 
     names = ["unpruned", "pruned, no tuning", "(a) pruned", "(b) + ghost", "(c) equal params"]
     return bar_plot(names, [r["dev"] for r in rows], f"dev {metric}", "GhostBERT study")
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (``train_epochs``; per-seed scores of (a), (b), (c))."""
+    from ptmlab.studies.common import above_trivial, reference_budget, task_of
+
+    rows = record.get("rows") or []
+    systems = {str(r.get("variant", "?"))[:3]: r.get("per_seed") or [] for r in rows
+               if str(r.get("variant", "")).startswith(("(a)", "(b)", "(c)"))}
+    return reference_budget(record, "unpruned reference") + above_trivial(
+        record, task_of(record), str(record.get("metric") or "accuracy"), systems or {"(b)": []})
+
+
+def restate(record: dict, name: str = "ghost") -> Verdict:
+    """A committed record whose intervals pooled the seeds' copies of each example: without per-seed scores no
+    seed-level interval can be computed from it."""
+    rows = record.get("rows") or []
+    if all(isinstance(r.get("per_seed"), list) for r in rows if str(r.get("variant", "")).startswith("(")):
+        from ptmlab.studies.verdict import paired_seeds
+
+        ps = {str(r["variant"])[:3]: r["per_seed"] for r in rows if str(r.get("variant", "")).startswith("(")}
+        return combine([decide_above(paired_seeds(ps["(b)"], ps[k], f"accuracy of ghost minus {what}"), 0.0)
+                        for k, what in (("(a)", "the same pruned model"), ("(c)", "the equal-size pruned model"))])
+    return Verdict(INCONCLUSIVE, "the recorded intervals pool the seeds' copies of each dev example as independent "
+                                 "examples, and the per-seed scores a seed-level interval needs were not recorded")

@@ -5,6 +5,11 @@ the small GLUE tasks (MRPC, RTE, STS-B, CoLA), which borrow from the larger ones
 "Multi-Task Deep Neural Networks for Natural Language Understanding" (MT-DNN). Paper: on the GLUE test set MT-DNN
 (BERT-large) reaches RTE 75.5 against BERT-large's 70.1, the largest gain, with smaller gains on MRPC, STS-B and CoLA.
 
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): every single-task and
+multi-task model on every task is above the task's trivial predictor (majority-class accuracy, the all-positive F1,
+MCC 0, correlation 0, by the task's main metric) by a t interval over seeds: a task where the models sit at chance
+cannot show one training regime beating another.
+
 Rule (the same words as ``CLAIM.rule``): per seed, multi-task minus single-task dev main metric averaged over the
 small tasks present; paired over seeds with a 95% t interval: supported when above 0, not supported when below 0,
 inconclusive when it includes 0. Per-task margins are reported beside it, the large tasks' too.
@@ -49,6 +54,10 @@ CLAIM = Claim(
     rule="per seed, multi-task minus single-task dev main metric averaged over the small tasks present; paired over "
          "seeds with a 95% t interval: supported when above 0, not supported when below 0, inconclusive when it "
          "includes 0",
+    conditions=(
+        "every single-task and multi-task model above its task's trivial predictor by a t interval over seeds",
+    ),
+    paper_effect=0.02,
 )
 
 TASKS = ("sst2", "mrpc", "rte", "stsb", "cola")  # the default order: the multi-task run lists and samples them in it
@@ -147,7 +156,7 @@ def run(argv: list[str]) -> int:
                 [(fig, "multitask", "dev main metric per task, single-task and multi-task (mean over seeds)")],
                 extra={"tasks": tasks, "small_tasks": small, "task_sampling": a.task_sampling,
                        "per_seed": {"single": single, "multi": multi}},
-                claim=CLAIM, budget=a.budget, seeds=seeds)
+                claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
 
 
@@ -163,3 +172,22 @@ def decide(single: dict[str, list[float]], multi: dict[str, list[float]]) -> Ver
     est = paired_seeds(mt, st, "multi-task minus single-task, mean over the small tasks")
     v = decide_above(est, 0.0)
     return Verdict(v.outcome, f"{v.reason} ({', '.join(single)}; {n} seed(s))", est)
+
+
+def _per_task_trivial(record: dict, systems: tuple[str, ...]) -> list:
+    """Each system of ``record["per_seed"]`` ({system: {task: per-seed scores}}) above each task's trivial predictor
+    (the task's main metric: majority-class accuracy, all-positive F1, MCC 0, correlation 0) by a t interval."""
+    from ptmlab.studies.common import above_trivial, eval_size
+
+    per_seed = record.get("per_seed") if isinstance(record.get("per_seed"), dict) else {}
+    metrics = {r.get("task"): r.get("metric") for r in record.get("rows") or []}
+    conds = []
+    for task in record.get("tasks") or []:
+        scores = {s: (per_seed.get(s) or {}).get(task) or [] for s in systems}
+        conds += above_trivial(record, task, str(metrics.get(task) or "accuracy"), scores, eval_size(record, 500))
+    return conds or above_trivial(record, "", "accuracy", {systems[0]: []})
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (``per_seed`` of single and multi per task)."""
+    return _per_task_trivial(record, ("single", "multi"))

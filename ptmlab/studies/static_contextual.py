@@ -5,7 +5,12 @@ Claim: contextual encoders (second-generation PTMs) give better sentence feature
 (first generation: word2vec/GloVe, one vector per word whatever its context). Source: Q1 (the PTM survey's two
 generations); Peters et al. 2018 (ELMo) and Devlin et al. 2019 report large gains over static-embedding baselines.
 
-Rule: per task, 95% paired bootstrap over dev examples (seeds pooled) of the accuracy gain of frozen contextual
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): on every task, the
+static, the contextual and the fine-tuned system are each above the task's trivial predictor (majority-class
+accuracy) by a t interval over seeds: systems that all predict the majority class cannot show one representation
+beating another.
+
+Rule: per task, 95% hierarchical bootstrap (seeds, then dev examples) of the accuracy gain of frozen contextual
 features over static embeddings, same logistic-regression head: supported when above 0 on every task, not supported
 when below 0 on any task, inconclusive otherwise.
 
@@ -33,7 +38,7 @@ from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import FULL_FINETUNE, SMALL_FINETUNE, StudyArgs, parse_study_args, write_study
-from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Estimate, Verdict, combine, decide_above, paired_bootstrap
+from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Estimate, Verdict, combine, decide_above, hierarchical_bootstrap
 
 CLAIM = Claim(
     study="static-vs-contextual",
@@ -41,9 +46,13 @@ CLAIM = Claim(
     source="Q1 (first vs second generation of PTMs); Peters et al. 2018 (ELMo), Devlin et al. 2019 (BERT)",
     paper="ELMo adds 2-7 points over GloVe-based baselines on six tasks; BERT-base SST-2 93.5 vs ~87-90 for "
           "static-embedding models",
-    rule="per task, 95% paired bootstrap over dev examples (seeds pooled) of the accuracy gain of frozen contextual "
+    rule="per task, 95% hierarchical bootstrap (seeds, then dev examples) of the accuracy gain of frozen contextual "
          "features over static embeddings, same logistic-regression head: supported when above 0 on every task, not "
          "supported when below 0 on any task, inconclusive otherwise",
+    conditions=(
+        "every system on every task above the task's trivial predictor (majority-class accuracy) by a t "
+        "interval over seeds",
+    ),
 )
 GLUE_TASKS = ["sst2", "cola"]
 
@@ -185,21 +194,17 @@ def run(argv: list[str]) -> int:
                          "dev_examples": per_seed[0]["dev_examples"], "train_examples": per_seed[0]["train_examples"]})
     v, estimates = decide(correct)
     for task, est in estimates.items():
-        rows.append({"task": task, "system": "contextual - static (paired bootstrap)", "accuracy": est.value,
+        rows.append({"task": task, "system": "contextual - static (hierarchical bootstrap)", "accuracy": est.value,
                      "ci_95": [round(est.low, 4), round(est.high, 4)]})
     write_study(out, f"Study: static vs contextual embeddings ({a.model})", rows, v,
                 extra={"skipped": skipped, "tasks": tasks,
-                       "finetuned_minus_static": {t: paired_bootstrap(_pool(c["finetuned"]), _pool(c["static"]),
-                                                                      "accuracy gain of fine-tuning over static")
+                       "finetuned_minus_static": {t: hierarchical_bootstrap(c["finetuned"], c["static"],
+                                                                            "accuracy gain of fine-tuning over static")
                                                   .to_dict() for t, c in correct.items() if "finetuned" in c}},
-                claim=CLAIM, budget=a.budget, seeds=seeds)
+                claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     for reason in skipped:
         print(reason)
     return 0
-
-
-def _pool(runs: list[list[float]]) -> list[float]:
-    return [x for r in runs for x in r]
 
 
 def decide(correct: dict[str, dict[str, list[list[float]]]]) -> tuple[Verdict, dict[str, Estimate]]:
@@ -212,8 +217,36 @@ def decide(correct: dict[str, dict[str, list[list[float]]]]) -> tuple[Verdict, d
         if "static" not in c or "contextual" not in c:
             parts.append(Verdict(INCONCLUSIVE, f"{task}: static or contextual results missing"))
             continue
-        est = paired_bootstrap(_pool(c["contextual"]), _pool(c["static"]),
-                               f"{task}: accuracy gain of contextual over static features")
+        est = hierarchical_bootstrap(c["contextual"], c["static"],
+                                     f"{task}: accuracy gain of contextual over static features")
         estimates[task] = est
         parts.append(decide_above(est, 0.0))
     return combine(parts), estimates
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (per-seed accuracy of each system on each task)."""
+    from ptmlab.studies.common import above_trivial, eval_size
+
+    conds = []
+    for task in record.get("tasks") or []:
+        systems = {str(r["system"]): r["per_seed"] for r in record.get("rows") or []
+                   if r.get("task") == task and isinstance(r.get("per_seed"), list)}
+        conds += above_trivial(record, task, "accuracy", systems or {"static": []}, eval_size(record, 500))
+    return conds
+
+
+def restate(record: dict, name: str = "static-vs-contextual") -> Verdict | None:
+    """The rule on the record's per-seed accuracies: per task, a paired t interval over seeds of contextual minus
+    static (the recorded intervals pooled the seeds' copies of each example)."""
+    from ptmlab.studies.verdict import paired_seeds
+
+    parts = []
+    for task in record.get("tasks") or []:
+        ps = {str(r["system"]): r["per_seed"] for r in record.get("rows") or []
+              if r.get("task") == task and isinstance(r.get("per_seed"), list)}
+        if "static" not in ps or "contextual" not in ps:
+            return None
+        parts.append(decide_above(paired_seeds(ps["contextual"], ps["static"],
+                                               f"{task}: accuracy gain of contextual over static features")))
+    return combine(parts) if parts else None

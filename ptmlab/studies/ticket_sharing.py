@@ -7,6 +7,11 @@ network, most on the small tasks. Source: ACL 2021, Liang et al., "Super Tickets
 (ticket sharing in multi-task learning). Paper: MT-DNN on a shared super ticket gains on GLUE dev over MT-DNN on the
 full BERT-base, with the larger gains on the small tasks (RTE, MRPC, STS-B, CoLA).
 
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): the shared ticket is
+clearly smaller than the full model (it keeps under 80% of the heads on every seed: a ticket of every head compares
+the full model with itself); every full and shared-ticket multi-task model on every task is above the task's trivial
+predictor (by its main metric) by a t interval over seeds.
+
 Rule (the same words as ``CLAIM.rule``): (1) per seed, mean pairwise Jaccard of kept heads and FFN neurons minus
 that of random tickets of the same per-layer sizes; (2) per seed, shared-ticket multi-task minus full multi-task dev
 main metric, mean over the small tasks; each paired over seeds with a 95% t interval: above 0 supported, below 0 not
@@ -60,6 +65,11 @@ CLAIM = Claim(
          "per-layer sizes; (2) per seed, shared-ticket multi-task minus full multi-task dev main metric, mean over the "
          "small tasks; each paired over seeds with a 95% t interval: above 0 supported, below 0 not supported, "
          "including 0 inconclusive; the claim is supported when both parts are, not supported when either is not",
+    conditions=(
+        "the shared ticket keeps under 80% of the heads on every seed",
+        "every full and shared-ticket multi-task model above its task's trivial predictor by a t interval "
+        "over seeds",
+    ),
 )
 
 
@@ -196,7 +206,7 @@ def run(argv: list[str]) -> int:
                 extra={"tasks": tasks, "small_tasks": small, "share": a.share, "ratio": a.ratio,
                        "overlap": overlaps, "shared_ticket_size": sizes,
                        "per_seed": {"full_mt": full, "ticket_mt": ticket}},
-                claim=CLAIM, budget=a.budget, seeds=seeds)
+                claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
 
 
@@ -220,3 +230,17 @@ def decide(observed: list[float], chance: list[float], ticket: dict[str, list[fl
     fl = [float(np.mean([full[t][k] for t in ticket])) for k in range(n)]
     est_s = paired_seeds(tk, fl, "shared-ticket minus full multi-task, mean over the small tasks")
     return combine([decide_above(est_o, 0.0), decide_above(est_s, 0.0)])
+
+
+MAX_SHARED = 0.8   # the largest share of heads a shared ticket may keep and still be a ticket
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (``shared_ticket_size`` per seed; ``per_seed``)."""
+    from ptmlab.studies.multitask import _per_task_trivial
+    from ptmlab.studies.verdict import Condition
+
+    sizes = [s for s in record.get("shared_ticket_size") or [] if isinstance(s, dict) and s.get("heads_total")]
+    share = max(s["heads"] / s["heads_total"] for s in sizes) if sizes else None
+    return [Condition.check("share of heads the shared ticket keeps (largest over seeds)", share, "<", MAX_SHARED)] \
+        + _per_task_trivial(record, ("full_mt", "ticket_mt"))
