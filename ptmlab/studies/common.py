@@ -186,6 +186,40 @@ def trivial_scores(task: str, max_eval: int | None = 0, seeds=(0,), glue_dir: st
     return out
 
 
+def domain_majority(name: str, domain_dir: str | Path | None = None) -> float | None:
+    """The majority-class share of a domain file's labels (``<shared data>/domains/<name>.tsv``, every row): the
+    trivial accuracy on that domain's test part, up to the sampling of the part. None when the file is absent."""
+    import csv
+    from collections import Counter
+
+    from ptmlab.data.loaders import default_glue_dir
+
+    if domain_dir is None:
+        glue = default_glue_dir()
+        domain_dir = Path(glue).parent / "domains" if glue else None
+    path = Path(domain_dir) / f"{name}.tsv" if domain_dir else None
+    if path is None or not path.is_file():
+        return None
+    with path.open(encoding="utf-8", newline="") as f:
+        labels = [row.get("label") for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
+    counts = Counter(x for x in labels if x not in (None, ""))
+    return counts.most_common(1)[0][1] / sum(counts.values()) if counts else None
+
+
+def above_domain_majority(rows: list[dict], systems: tuple[str, ...], domain_key: str = "domain") -> list:
+    """Per domain of ``rows`` (one row per domain and seed, a score per system), each system above the domain's
+    majority-class accuracy (``domain_majority``) by a t interval over seeds."""
+    from ptmlab.studies.verdict import seed_interval_above
+
+    conds = []
+    for d in dict.fromkeys(r.get(domain_key) for r in rows if r.get(domain_key)):
+        trivial = domain_majority(str(d))
+        for s in systems:
+            scores = [float(r[s]) for r in rows if r.get(domain_key) == d and isinstance(r.get(s), int | float)]
+            conds.append(seed_interval_above(scores, trivial, f"{d} test accuracy of {s}"))
+    return conds or [seed_interval_above([], None, "every domain")]
+
+
 def portable(value, output: str | Path | None = None):
     """``value`` (a results record, or any part of one) with absolute machine paths made portable: a path in the
     shared data folder becomes ``<data>/...``, one in the project is made relative to it, one under the study's

@@ -13,12 +13,17 @@ same small model (masked LM, same initialisation per seed) is pre-trained three 
   - raw, larger: one epoch of the raw corpus (more documents, more tokens and steps: the "larger raw corpus").
 Every model is evaluated on the same clean held-out documents (``valid_files``) and fine-tuned on the same task.
 
-Verdict rule (written before the runs): for each seed take the paired differences d_loss = raw held-out loss - clean
-held-out loss and d_task = clean fine-tuned metric - raw fine-tuned metric (the same seed pre-trains and fine-tunes
-both); each gets a 95% paired t interval over seeds. Against the larger raw corpus: supported when the d_loss
-interval lies above 0 (clean has lower held-out loss) and the d_task interval does not lie below 0; not supported
-when the d_loss interval lies below 0 and the d_task interval does not lie above 0; inconclusive otherwise
-(intervals that include 0, the two measures disagreeing, or one seed with --budget small).
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): every fine-tuned model
+is above the task's trivial predictor (majority-class accuracy) by a t interval over seeds; pre-training moved the
+held-out loss clearly below the unigram cross-entropy of the held-out text (``unigram_entropy``: eval loss / unigram
+entropy below 0.9 for every corpus), so that the models learnt more than token frequencies before corpora are
+compared.
+
+Verdict rule (decided downstream, as the paper's claim is): for each seed d_task = clean fine-tuned metric - raw
+fine-tuned metric (the same seed pre-trains and fine-tunes both), with a 95% paired t interval over seeds. Against
+the larger raw corpus: supported when the interval lies above 0, not supported when it lies below 0, inconclusive
+otherwise -- a tie on every seed (an interval [0, 0]) is inconclusive, never support. The held-out loss gap
+d_loss = raw - clean is reported beside it, secondary: it is measured on clean prose of the cleaned corpus's kind.
 The same rule at equal tokens answers the narrower question "is clean text worth more per token" (reported beside).
 
 Budgets: ``--budget small`` runs a 1-layer model on 120 documents with one seed (inconclusive by construction);
@@ -38,19 +43,22 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.core.io import atomic_write_text
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import StudyArgs, finetune_variant, parse_study_args, write_study
-from ptmlab.studies.verdict import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Claim, Verdict, mean_interval
+from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, decide_above, mean_interval
 
 CLAIM = Claim(
     study="data-quality",
     claim="A smaller, cleaner pre-training corpus beats a larger raw one.",
     source="Q4; Raffel et al., T5, JMLR 2020, Table 8",
     paper="GLUE average 83.28 pre-training on C4 (filtered) vs 81.46 on the unfiltered crawl",
-    rule="for each seed take the paired differences d_loss = raw held-out loss - clean held-out loss and d_task = "
-         "clean fine-tuned metric - raw fine-tuned metric (the same seed pre-trains and fine-tunes both); each gets "
-         "a 95% paired t interval over seeds. Against the larger raw corpus: supported when the d_loss interval lies "
-         "above 0 (clean has lower held-out loss) and the d_task interval does not lie below 0; not supported when "
-         "the d_loss interval lies below 0 and the d_task interval does not lie above 0; inconclusive otherwise "
-         "(intervals that include 0, the two measures disagreeing, or one seed with --budget small).",
+    rule="decided downstream: per seed d_task = clean fine-tuned metric - raw fine-tuned metric (the same seed "
+         "pre-trains and fine-tunes both), 95% paired t interval over seeds; against the larger raw corpus: "
+         "supported when it lies above 0, not supported when below 0, inconclusive otherwise (a tie on every seed, "
+         "[0, 0], is inconclusive). The held-out loss gap raw - clean is reported beside it, secondary.",
+    conditions=(
+        "every fine-tuned model above the task's majority-class accuracy by a t interval over seeds",
+        "pre-training moved the held-out loss below 0.9 x the held-out text's unigram cross-entropy, every corpus",
+    ),
+    paper_effect=0.018,
 )
 VARIANTS = ("clean", "raw_equal", "raw_full")
 
@@ -89,22 +97,47 @@ class DataQualityArgs(StudyArgs):
 
 # ------------------------------------------------------------------------------------------------ the rule
 def decide(loss_diffs: list[float], task_diffs: list[float], what: str = "the larger raw corpus") -> Verdict:
-    """The rule of ``CLAIM``: ``loss_diffs`` = raw - clean held-out loss, ``task_diffs`` = clean - raw metric, seed
-    by seed; the estimate shown is the held-out loss gap."""
+    """The rule of ``CLAIM``: ``task_diffs`` = clean - raw fine-tuned metric seed by seed decides; ``loss_diffs`` =
+    raw - clean held-out loss is reported beside it. The estimate is the downstream gap."""
     loss = mean_interval(loss_diffs, f"held-out loss, {what} minus clean")
     task = mean_interval(task_diffs, f"fine-tuned metric, clean minus {what}")
-    said = f"{loss.metric} {loss.text()}; {task.metric} {task.text()}"
+    beside = f" (secondary: {loss.metric} {loss.text()})"
     if task_diffs and all(d == 0 for d in task_diffs):
-        # reported, not decided on: a downstream that cannot tell the models apart neither supports nor contradicts
-        said += (" (every variant's fine-tuned metric is the same within each seed: downstream does not separate "
-                 "the corpora at this budget, so the verdict rests on the held-out loss)")
-    if loss.low > 0 and not task.high < 0:
-        return Verdict(SUPPORTED, f"clean text has the lower held-out loss, and downstream does not contradict it: "
-                                  f"{said}", loss)
-    if loss.high < 0 and not task.low > 0:
-        return Verdict(NOT_SUPPORTED, f"{what} has the lower held-out loss, and downstream does not contradict it: "
-                                      f"{said}", loss)
-    return Verdict(INCONCLUSIVE, f"the intervals include 0 or the measures disagree: {said}", loss)
+        return Verdict(INCONCLUSIVE, f"every variant's fine-tuned metric is the same within each seed: downstream "
+                                     f"does not separate the corpora ({task.metric} {task.text()}){beside}", task)
+    v = decide_above(task, 0.0)
+    return Verdict(v.outcome, v.reason + beside, task, detectable_effect=v.detectable_effect)
+
+
+UNIGRAM_RATIO = 0.9   # eval loss below this share of the unigram cross-entropy: pre-training learnt something
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (rows: per variant and seed, ``eval_loss`` and
+    ``task_metric``; ``unigram_entropy``: the held-out text's unigram cross-entropy in nats)."""
+    from ptmlab.studies.common import above_trivial, eval_size
+    from ptmlab.studies.verdict import Condition
+
+    rows = record.get("rows") or []
+    task = next((r.get("task") for r in rows if r.get("task")), "sst2")
+    metric = next((r.get("metric") for r in rows if r.get("metric")), "accuracy")
+    systems: dict[str, list[float]] = {}
+    for r in rows:
+        systems.setdefault(str(r.get("variant")), []).append(float(r["task_metric"]))
+    conds = above_trivial(record, task, metric, systems or {"clean": []}, eval_size(record, None))
+    entropy = record.get("unigram_entropy")
+    worst = max((float(r["eval_loss"]) for r in rows if isinstance(r.get("eval_loss"), int | float)), default=None)
+    ratio = worst / float(entropy) if isinstance(entropy, int | float) and entropy and worst is not None else None
+    return conds + [Condition.check("largest held-out loss / unigram cross-entropy of the held-out text", ratio, "<",
+                                    UNIGRAM_RATIO)]
+
+
+def restate(record: dict, name: str = "data-quality") -> Verdict | None:
+    """The rule on the record's per-seed differences (``verdicts[raw_full]``)."""
+    raw = ((record.get("verdicts") or {}).get("raw_full") or {})
+    if not raw.get("task_diffs"):
+        return None
+    return decide(raw.get("loss_diffs") or [], raw["task_diffs"])
 
 
 # ------------------------------------------------------------------------------------------------ the corpus
@@ -198,9 +231,10 @@ def run(argv: list[str]) -> int:
     tok = {v: float(np.mean([by[(v, s)]["tokens"] for s in seeds])) for v in VARIANTS}
     vf, ve = verdicts["raw_full"], verdicts["raw_equal"]
     verdict = Verdict(decided["raw_full"].outcome, (
-        f"a cleaner corpus beats a larger raw one: {vf['reason']} (held-out loss clean {mean['clean']:.3f} on "
+        f"a cleaner corpus beats a larger raw one, downstream: {vf['reason']} (held-out loss clean "
+        f"{mean['clean']:.3f} on "
         f"{tok['clean']:,.0f} tokens vs raw {mean['raw_full']:.3f} on {tok['raw_full']:,.0f} tokens; {a.task} gaps "
-        f"{_fmt(vf['task_diffs'])}). At equal tokens clean text wins: {ve['verdict']} (raw {mean['raw_equal']:.3f}; "
+        f"{_fmt(vf['task_diffs'])}). At equal tokens: {ve['verdict']} (raw {mean['raw_equal']:.3f}; "
         f"loss gaps {_fmt(ve['loss_diffs'])}, {a.task} gaps {_fmt(ve['task_diffs'])}). Cleaning removed "
         f"{c['noise_removed']:.0%} of noise documents and kept {c['clean_kept']:.0%} of clean ones "
         f"({corpora['raw_docs']} -> {corpora['clean_docs']} documents); {len(seeds)} seeds."),
@@ -215,7 +249,7 @@ def run(argv: list[str]) -> int:
     write_study(out, "Study: data quality (Q4)", rows, verdict, figs,
                 extra={"verdicts": verdicts, "cleaning": c, "corpora": {k: corpora[k] for k in
                                                                          ("raw_docs", "clean_docs")}},
-                claim=CLAIM, budget=a.budget, seeds=seeds)
+                claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
 
 

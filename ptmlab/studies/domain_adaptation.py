@@ -13,6 +13,11 @@ unused (task-adaptive pre-training: no dev or test text is read). Both are fine-
 labelled training split, once per seed (continued pre-training is seeded too), the best epoch chosen on dev, and
 scored on the test split.
 
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): on every domain, the
+base and the adapted model are each above the domain's majority-class accuracy by a t interval over seeds. Both get
+the same fine-tuning (data, epochs, seed) by construction; the continued masked-LM steps are the treatment itself,
+so they are not a budget the reference lacks.
+
 Verdict rule (written before the runs): a run's score is test accuracy averaged over the domains; the per-seed
 difference adapted minus base (the same seed for fine-tuning, and for continued pre-training) gets a 95% paired t
 interval over seeds. Supported when the interval lies above 0; not supported when it lies below 0 (adaptation
@@ -54,6 +59,11 @@ CLAIM = Claim(
          "same seed for fine-tuning, and for continued pre-training) gets a 95% paired t interval over seeds. "
          "Supported when the interval lies above 0; not supported when it lies below 0 (adaptation hurts); "
          "inconclusive otherwise or with one seed (--budget small).",
+    conditions=(
+        "on every domain, the base and the adapted model each above the majority-class accuracy by a t "
+        "interval over seeds",
+    ),
+    paper_effect=0.009,
 )
 
 CLAIMED, BASE = "adapted", "base"
@@ -188,5 +198,12 @@ def run(argv: list[str]) -> int:
                 [(fig, "adaptation", "mean ± spread over seeds (dots: seeds)")],
                 extra={"per_seed": per_seed, "average": avg, "model": a.model, "mlm_steps": a.mlm_steps,
                        "domains": domains},
-                claim=CLAIM, budget=a.budget, seeds=seeds)
+                claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (``per_seed``: one row per domain and seed)."""
+    from ptmlab.studies.common import above_domain_majority
+
+    return above_domain_majority([r for r in record.get("per_seed") or [] if isinstance(r, dict)], (BASE, CLAIMED))

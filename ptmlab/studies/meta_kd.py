@@ -8,6 +8,10 @@ Per seed and per domain d, a student of the same size is distilled on d's traini
 and (d) leave one domain out: a meta-distilled student on the other domains, tested on d, beside a TF-IDF +
 logistic-regression model trained on the same other domains. Test accuracy on d's test split (fixed split).
 
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): on every domain, the
+students of single-domain KD, pooled KD and Meta-KD are each above the domain's majority-class accuracy by a t
+interval over seeds.
+
 Verdict rule (written before the runs): per seed s, test accuracy averaged over the domains gives A_s (single-domain
 KD), B_s (pooled KD) and C_s (Meta-KD); the per-seed differences C_s - A_s and C_s - B_s get 95% paired t intervals
 over seeds. Supported when both intervals lie above 0; not supported when either lies below 0 (a baseline beats
@@ -44,6 +48,9 @@ CLAIM = Claim(
          "Supported when both intervals lie above 0; not supported when either lies below 0 (a baseline beats "
          "Meta-KD); inconclusive otherwise or with one seed (--budget small). Part (d) is reported beside it: the "
          "mean over held-out domains of student minus TF-IDF.",
+    conditions=(
+        "on every domain, each compared student above the majority-class accuracy by a t interval over seeds",
+    ),
 )
 
 # --budget small: three of the domains (three leave-one-out rotations instead of five), tiny model, one seed
@@ -204,7 +211,7 @@ def run(argv: list[str]) -> int:
                               f"mean over domains and seeds ({a.student})"), "methods", "students per method"))
     write_study(out, f"Study: Meta-KD ({a.student} from {a.model}, {len(names)} domains)", rows + lodo, v, figs,
                 extra={"per_domain": rows, "leave_one_out": lodo, "method_scores": avg},
-                claim=CLAIM, budget=a.budget, seeds=[int(s) for s in a.seeds])
+                claim=CLAIM, budget=a.budget, seeds=[int(s) for s in a.seeds], validity=validity)
     return 0
 
 
@@ -248,3 +255,11 @@ def lodo_text(lodo: list[dict]) -> str:
     diff = float(np.mean([r["meta_kd_student"] - r["tfidf_lr"] for r in lodo]))
     return (f"Leave one domain out: the Meta-KD student scores {100 * diff:+.2f} points against TF-IDF + logistic "
             f"regression trained on the same other domains (mean over held-out domains and seeds).")
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (``per_domain``: one row per domain and seed)."""
+    from ptmlab.studies.common import above_domain_majority
+
+    rows = [r for r in record.get("per_domain") or [] if isinstance(r, dict)]
+    return above_domain_majority(rows, ("single_kd", "pooled_kd", "meta_kd"))

@@ -14,6 +14,12 @@ encoder-decoders of the same layer count per stack; every kept model is fine-tun
 own sequence-classification heads: BERT/ELECTRA [CLS], GPT-2 last token, T5/BART decoder end) on SST-2 and MRPC
 (the built-in tweets without the GLUE data), once per seed, and scored on the dev split.
 
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): every fine-tuned model
+on every task is above the task's trivial predictor (majority-class accuracy, the all-positive F1, MCC 0) by a t
+interval over seeds, and pre-training moved the held-out loss clearly below the unigram cross-entropy of the held-
+out text (``unigram_entropy``; the largest token-prediction eval loss below 0.9 of it) before any pre-training is
+compared downstream (``pretrain_common.pretrain_validity``).
+
 Verdict rule (written before the runs): a run's score is the average over tasks of each task's main dev metric; for
 every other objective, the per-seed difference ELECTRA minus that objective (the same seed for both) gets a 95%
 paired t interval over seeds. Supported when every interval lies above 0; not supported when some interval lies
@@ -62,6 +68,11 @@ CLAIM = Claim(
          "(another objective beats ELECTRA); inconclusive otherwise, with one seed (--budget small), or when the "
          "runs' FLOPs differ by more than 5% (then the comparison is not at equal compute). Every objective at "
          "the same score on every seed (the fine-tuned models cannot tell them apart) is inconclusive too.",
+    conditions=(
+        "every fine-tuned model above its task's trivial predictor by a t interval over seeds",
+        "pre-training moved the held-out loss below 0.9 x the unigram cross-entropy of the held-out text",
+    ),
+    paper_effect=0.048,
 )
 
 CLAIMED = "electra"
@@ -126,5 +137,12 @@ def run(argv: list[str]) -> int:
     write_study(out, "Study: pre-training objectives at equal compute", rows, v,
                 [(fig, "objectives", "mean ± spread over seeds (dots: seeds)")],
                 extra={"flop_spread": gap, "tasks": tasks, "per_seed": per_seed, "max_flops": a.max_flops},
-                claim=CLAIM, budget=a.budget, seeds=check_seeds(a.seeds))
+                claim=CLAIM, budget=a.budget, seeds=check_seeds(a.seeds), validity=validity)
     return 0
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (``per_seed``, ``tasks``, ``unigram_entropy``)."""
+    from ptmlab.studies.pretrain_common import pretrain_validity
+
+    return pretrain_validity(record, "objective")

@@ -268,3 +268,45 @@ def scores_figure(avg: dict[str, list[float]], ylabel: str, title: str):
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     return fig
+
+
+# ------------------------------------------------------------------------------------------------ validity
+LM_OBJECTIVES = ("mlm", "wwm", "span", "clm", "t5", "bart")  # eval loss is a cross-entropy over tokens
+UNIGRAM_RATIO = 0.9   # eval loss below this share of the unigram cross-entropy: pre-training learnt something
+
+
+def main_metric(task: str) -> str:
+    """The main dev metric of a registered task ("accuracy" when the task is unknown here)."""
+    from ptmlab.data.tasks import TASKS
+
+    return TASKS.get(task).main_metric if task in TASKS else "accuracy"
+
+
+def pretrain_validity(record: dict, key: str, lm_only: bool = True) -> list:
+    """The validity conditions every pre-training study shares, on a results record whose ``per_seed`` holds one
+    dict per (variant ``key``, seed) with ``eval_loss`` and a score per task of ``tasks``:
+
+    - every fine-tuned model above its task's trivial predictor (majority class, all-positive F1, MCC 0) by a t
+      interval over seeds: at chance, no pre-training can beat another downstream;
+    - pre-training moved the held-out loss clearly below the unigram cross-entropy of the held-out text
+      (``unigram_entropy`` in the record, nats): the largest eval loss of a token-predicting run (``lm_only``: the
+      objectives of ``LM_OBJECTIVES``; ELECTRA's discriminator loss is not one) below ``UNIGRAM_RATIO`` of it.
+    Numbers the record lacks make the condition unmet with value null."""
+    from ptmlab.studies.common import above_trivial, eval_size
+    from ptmlab.studies.verdict import Condition
+
+    runs = [r for r in record.get("per_seed") or [] if isinstance(r, dict)]
+    conds = []
+    for task in record.get("tasks") or []:
+        systems: dict[str, list[float]] = {}
+        for r in runs:
+            if isinstance(r.get(task), int | float):
+                systems.setdefault(str(r.get(key)), []).append(float(r[task]))
+        conds += above_trivial(record, task, main_metric(task), systems or {"every variant": []},
+                               eval_size(record, 500))
+    losses = [float(r["eval_loss"]) for r in runs if isinstance(r.get("eval_loss"), int | float)
+              and (not lm_only or r.get("objective", "mlm") in LM_OBJECTIVES)]
+    entropy = record.get("unigram_entropy")
+    ratio = max(losses) / float(entropy) if losses and isinstance(entropy, int | float) and entropy > 0 else None
+    return conds + [Condition.check("largest held-out LM loss / unigram cross-entropy of the held-out text", ratio,
+                                    "<", UNIGRAM_RATIO)]

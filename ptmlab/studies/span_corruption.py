@@ -12,6 +12,12 @@ of text: a heavily corrupted block holds more text (its spans shrink to one sent
 fewer steps, where the paper trained every variant for the same steps; every kept model is fine-tuned identically
 (T5ForSequenceClassification) on SST-2 and MRPC (the built-in tweets without the GLUE data), scored on dev.
 
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): every fine-tuned model
+on every task is above the task's trivial predictor (majority-class accuracy, the all-positive F1, MCC 0) by a t
+interval over seeds, and pre-training moved the held-out loss clearly below the unigram cross-entropy of the held-
+out text (``unigram_entropy``; the largest token-prediction eval loss below 0.9 of it) before any pre-training is
+compared downstream (``pretrain_common.pretrain_validity``).
+
 Verdict rule (written before the runs): a run's score is the average over tasks of the main dev metric; for every
 other cell, the per-seed difference 15%/3 minus that cell (the same seed for both) gets a 95% paired t interval over
 seeds. Supported when every interval lies above -0.01 (15%/3 is never more than a point worse than any cell: as good
@@ -64,6 +70,11 @@ CLAIM = Claim(
          "more than a point); inconclusive otherwise or with one seed (--budget small). A grid without the 15%/3 "
          "cell says inconclusive, and so does every cell at the same score on every seed (the fine-tuned models "
          "cannot tell them apart).",
+    conditions=(
+        "every fine-tuned model above its task's trivial predictor by a t interval over seeds",
+        "pre-training moved the held-out loss below 0.9 x the unigram cross-entropy of the held-out text",
+    ),
+    paper_effect=0.01,
 )
 MARGIN = 0.01  # "as good as": within one point of every cell
 
@@ -127,5 +138,12 @@ def run(argv: list[str]) -> int:
     write_study(out, "Study: T5 span corruption, noise density x mean span", rows, v,
                 [(fig, "grid", "mean ± spread over seeds per cell (dots: seeds)")],
                 extra={"tasks": tasks, "per_seed": per_seed, "max_flops": a.max_flops},
-                claim=CLAIM, budget=a.budget, seeds=check_seeds(a.seeds))
+                claim=CLAIM, budget=a.budget, seeds=check_seeds(a.seeds), validity=validity)
     return 0
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (``per_seed``, ``tasks``, ``unigram_entropy``)."""
+    from ptmlab.studies.pretrain_common import pretrain_validity
+
+    return pretrain_validity(record, "cell")

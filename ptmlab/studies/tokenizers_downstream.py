@@ -15,6 +15,12 @@ reports tokens, steps and FLOPs next to the scores. Blocks and fine-tuning input
 place the tokenizers' lengths differ; a task's sentences fit ``--max-length`` under every tokenizer). Each model is
 fine-tuned identically on one task (SST-2; the built-in tweets without GLUE) and scored on dev.
 
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): every fine-tuned model
+on every task is above the task's trivial predictor (majority-class accuracy, the all-positive F1, MCC 0) by a t
+interval over seeds, and pre-training moved the held-out loss clearly below the unigram cross-entropy of the held-
+out text (``unigram_entropy``; the largest token-prediction eval loss below 0.9 of it) before any pre-training is
+compared downstream (``pretrain_common.pretrain_validity``).
+
 Verdict rule (written before the runs): per tokenizer and seed, the dev main metric; the per-seed difference Unigram
 minus BPE (the same seed for both) gets a 95% paired t interval over seeds. Supported when the interval lies above
 -0.01 (Unigram matches BPE within a point, or beats it: the paper's "match or outperform"); not supported when it
@@ -63,6 +69,11 @@ CLAIM = Claim(
          "below -0.01 (BPE is better by more than a point); inconclusive otherwise or with one seed (--budget "
          "small), or when Unigram and BPE have the same score on every seed (the fine-tuned models cannot tell "
          "them apart). WordPiece is reported beside them.",
+    conditions=(
+        "every fine-tuned model above its task's trivial predictor by a t interval over seeds",
+        "pre-training moved the held-out loss below 0.9 x the unigram cross-entropy of the held-out text",
+    ),
+    paper_effect=0.01,
 )
 MARGIN = 0.01  # "match": within one point
 
@@ -141,5 +152,12 @@ def run(argv: list[str]) -> int:
                 [(fig, "tokenizers", "mean ± spread over seeds (dots: seeds)")],
                 extra={"tasks": tasks, "per_seed": per_seed, "vocab_size": a.vocab_size,
                        "pretrain_epochs": a.pretrain_epochs},
-                claim=CLAIM, budget=a.budget, seeds=check_seeds(a.seeds))
+                claim=CLAIM, budget=a.budget, seeds=check_seeds(a.seeds), validity=validity)
     return 0
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (``per_seed``, ``tasks``, ``unigram_entropy``)."""
+    from ptmlab.studies.pretrain_common import pretrain_validity
+
+    return pretrain_validity(record, "tokenizer")

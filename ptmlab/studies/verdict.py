@@ -440,6 +440,8 @@ def assess(verdict: Verdict, validity: Sequence[Condition] = (), paper_effect: f
         reason = "; ".join(c.text() for c in unmet) + f" [the rule alone: {rule[0]}: {rule[1]}]"
         return Verdict(CANNOT_TEST, reason, verdict.estimate, validity, det, paper, *rule, verdict.parts)
     reason = verdict.reason
+    if det is not None and "could detect" not in reason and verdict.outcome != SUPPORTED:
+        reason += f"; could detect ±{det:.4f}"
     if verdict.outcome == INCONCLUSIVE and paper is not None and "underpowered" not in reason:
         if det is None:
             reason += (f"; underpowered: one run gives no interval, the paper reports {paper:g}; at least 3 seeds "
