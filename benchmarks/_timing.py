@@ -56,21 +56,26 @@ def rotating_step_times(step, sides: tuple[str, ...], shapes, rounds: int, steps
     return times
 
 
-def step_benchmark_args(description: str, default_output: str | None, extra=None):
-    """The options of the per-step training benchmarks (``first_token.py``, ``fast_dropout.py``,
-    ``host_memory.py``, ``embedding_share.py``, ``clipped_step.py``; ``extra(parser)`` adds a script's own): the
-    parsed arguments and ``--shapes`` as (batch, length) pairs."""
+def step_benchmark_args(description: str, name, extra=None):
+    """The options of the per-step training investigations (``first_token.py``, ``fast_dropout.py``,
+    ``host_memory.py``, ``embedding_share.py``, ``clipped_step.py`` in benchmarks/investigations; ``extra(parser)``
+    adds a script's own): the parsed arguments and ``--shapes`` as (batch, length) pairs. ``--output`` defaults to
+    ``benchmarks/investigations/results/NAME_PRECISION.MACHINE.json``, NAME being ``name`` or ``name(args)``."""
     import argparse
+
+    from _env import result_path
 
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--model", default="minilm")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--shapes", default="32x16,32x64,32x128,8x512", help="BATCHxLENGTH,...")
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    p.add_argument("--output", default=default_output, help="result JSON")
+    p.add_argument("--output", default=None, help="result JSON (default: NAME_PRECISION.MACHINE.json)")
     if extra is not None:
         extra(p)
     a = p.parse_args()
+    if a.output is None:
+        a.output = str(result_path(f"{name(a) if callable(name) else name}_{a.precision}", investigation=True))
     try:
         shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes.split(",")]
     except ValueError:

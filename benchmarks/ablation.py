@@ -18,7 +18,7 @@ Without ``--run`` the packaged minilm gets a seeded random classification head (
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+from _env import machine_info, result_path  # first: offline defaults
 # isort: on
 
 import argparse
@@ -47,7 +47,7 @@ def main() -> int:
     p.add_argument("--baseline-heads", type=int, default=6, help="heads timed with each baseline (scaled to 72)")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"], help="every side's precision")
     p.add_argument("--max-length", type=int, default=64)
-    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "ablation.json"))
+    p.add_argument("--output", default=str(result_path("ablation")))
     args = p.parse_args()
     configure_threads()
     torch.manual_seed(0)
@@ -83,7 +83,7 @@ def main() -> int:
 
     t_batched, diff_batched = timed(batched)
     t_naive, diff_naive = timed(naive)
-    result = {"examples": len(enc), "heads": 72, "precision_all_sides": precision,
+    result = {"machine": machine_info(), "examples": len(enc), "heads": 72, "precision_all_sides": precision,
               "threads": torch.get_num_threads(), "load_average": list(os.getloadavg()),
               "ours_seconds": round(t_ours, 1), "baseline_heads_timed": len(heads),
               "batched_seconds_72_heads_extrapolated": round(t_batched, 1),

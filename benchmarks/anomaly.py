@@ -14,7 +14,7 @@ next to the paper (BERT-base 0.742 at layer 9, RoBERTa-base 0.830 at layer 11) a
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+from _env import ROOT, machine_info, result_path  # first: offline defaults
 # isort: on
 
 import argparse
@@ -67,9 +67,9 @@ def main() -> int:
             continue
         rows.append(variant(model, blimp, "plain", True, 1000, center=False))
         rows.append(variant(model, blimp, "ptmlab (centred tokens)", False, 2000, center=True))
-    result = {"pairs": len(blimp), "phenomena": len({p.phenomenon for p in blimp}), "reference": REFERENCE,
-              "rows": rows}
-    out = ROOT / "benchmarks" / "results" / "anomaly.json"
+    result = {"machine": machine_info(), "pairs": len(blimp), "phenomena": len({p.phenomenon for p in blimp}),
+              "reference": REFERENCE, "rows": rows}
+    out = result_path("anomaly")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{'model':8} {'variant':8} {'best layer':>10} {'accuracy':>9} {'pairs/s':>8}  per layer")

@@ -20,8 +20,6 @@ import _env  # noqa: F401  (first: offline defaults)
 
 import argparse
 import json
-import os
-import platform
 import random
 import tempfile
 from pathlib import Path
@@ -82,9 +80,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         thr = throughput(Path(tmp), args.docs)
         near = near_duplicates(Path(tmp), args.pairs, [0.01, 0.03, 0.05, 0.10, 0.20])
-    result = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, "throughput": thr,
+    result = {"machine": _env.machine_info(), "throughput": thr,
               "near_duplicates": near}
-    atomic_write_json(_env.ROOT / "benchmarks" / "results" / "clean.json", result)
+    atomic_write_json(_env.result_path("clean"), result)
     print(f"throughput on {thr['documents']} documents (outputs identical: {thr['identical_outputs']})")
     print("| workers | MB | seconds | MB/s |\n|---|---|---|---|")
     for r in thr["rows"]:

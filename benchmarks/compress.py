@@ -19,7 +19,7 @@ a load change on a shared machine hits every variant alike instead of whichever 
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+from _env import machine_info, portable, result_path  # first: offline defaults
 # isort: on
 
 import argparse
@@ -43,7 +43,7 @@ def main() -> int:
     ap.add_argument("--pruned", default=None, help="reuse this `ptmlab prune --heads 0.4` run (recovered) instead "
                                                   "of pruning and recovering in this run")
     ap.add_argument("--repeats", type=int, default=7, help="round-robin latency rounds (median reported)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "compress.json"))
+    ap.add_argument("--out", default=str(result_path("compress")))
     args = ap.parse_args()
 
     from ptmlab.compress.importance import compute_importance
@@ -161,7 +161,8 @@ def main() -> int:
         and checks["combined_speedup_b32"] >= TARGETS["combined_speedup_b32_min"]
         and checks["combined_drop_points"] <= TARGETS["combined_drop_points_max"],
     }
-    result = {"model": args.model, "task": "sst2", "dev_examples": len(meas.data.splits["dev"].text),
+    result = {"machine": machine_info(), "model": portable(args.model), "task": "sst2",
+              "dev_examples": len(meas.data.splits["dev"].text),
               "max_length": 64, "recover_train": None if args.pruned else args.recover_train,
               "recover_seconds": recover_s,
               "latency": f"median of {args.repeats} round-robin rounds over all variants, 64 dev sentences",

@@ -28,7 +28,7 @@ be undone inside a process, so compare two runs.
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+from _env import ROOT, machine_info, result_path  # first: offline defaults
 # isort: on
 
 import argparse
@@ -85,7 +85,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "cpu_flops.json"))
+    p.add_argument("--output", default=str(result_path("cpu_flops")))
     p.add_argument("--reuse-host-memory", action="store_true", help="run inside ptmlab's host-memory setting")
     args = p.parse_args()
     if args.reuse_host_memory:
@@ -183,7 +183,8 @@ def measure(args, host_memory: bool) -> None:
     total = sum(spent.values()) or 1.0
     breakdown = {k: round(v / total, 3) for k, v in spent.items()}
 
-    result = {"model": args.model, "precision": args.precision, "threads": torch.get_num_threads(),
+    result = {"machine": machine_info(), "model": args.model, "precision": args.precision,
+              "threads": torch.get_num_threads(),
               "load_average": list(os.getloadavg()),
               "reuse_host_memory": host_memory, "batch": args.batch_size, "length": args.length,
               "non_embedding_params": n_params, "matmul_timed_in_the_inference_rotation": True,

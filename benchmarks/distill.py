@@ -13,7 +13,7 @@ measured alternately in the same process. Writes benchmarks/results/distill.json
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+from _env import machine_info, portable, result_path  # first: offline defaults
 # isort: on
 
 import argparse
@@ -76,7 +76,7 @@ def main() -> int:
     p.add_argument("--tinybert-train", type=int, default=0, help="transfer-set rows for --tinybert (0: all)")
     p.add_argument("--tinybert-lr", type=float, default=1e-3)
     p.add_argument("--tinybert-losses", default="soft_ce")
-    p.add_argument("--tinybert-out", default="distill_tinybert.json", help="result file under benchmarks/results")
+    p.add_argument("--tinybert-out", default=None, help="result JSON (default: distill_tinybert.MACHINE.json)")
     args = p.parse_args()
     from ptmlab.core.io import atomic_write_json
     from ptmlab.core.seed import configure_threads
@@ -106,10 +106,11 @@ def main() -> int:
                      "latency_ms": {"teacher": lat["teacher"], "student": lat[name]},
                      "train_seconds": s["train_seconds"]})
     result = {"benchmark": "distill", "max_train": args.max_train, "epochs": args.epochs, "lr": args.lr,
-              "teacher": teacher, "targets": {"retained_pct": 99.0, "speedup_b32_layers3": 1.95,
+              "teacher": portable(teacher), "machine": machine_info(), "targets": {"retained_pct": 99.0,
+                                                                                   "speedup_b32_layers3": 1.95,
                                               "tinybert": "7.5x fewer params, >=96.8% kept, >=9x faster"},
               "rows": rows}
-    atomic_write_json(ROOT / "benchmarks" / "results" / "distill.json", result)
+    atomic_write_json(result_path("distill"), result)
     cols = ["student", "teacher_acc", "student_acc", "retained_pct", "agreement", "param_ratio", "speedup_b1",
             "speedup_b32"]
     print("  ".join(f"{c:>14}" for c in cols))
@@ -150,8 +151,9 @@ def tinybert(args, teacher: str, work: Path) -> int:
            "train_seconds": s["train_seconds"]}
     targets = {"param_ratio": 7.5, "retained_pct": 96.8, "speedup_b32": 9.0}
     row["meets"] = {k: row[k] >= v for k, v in targets.items()}
-    atomic_write_json(ROOT / "benchmarks" / "results" / args.tinybert_out,
-                      {"benchmark": "distill-tinybert", "teacher": teacher, "targets": targets, "row": row})
+    atomic_write_json(args.tinybert_out or result_path("distill_tinybert"),
+                      {"benchmark": "distill-tinybert", "teacher": portable(teacher), "machine": machine_info(),
+                       "targets": targets, "row": row})
     for k in ("student", "teacher_acc", "student_acc_before_vocab", "student_acc", "retained_pct", "agreement",
               "teacher_params", "student_params", "param_ratio", "speedup_b1", "speedup_b32", "meets"):
         print(f"{k:>26}: {row[k]}")

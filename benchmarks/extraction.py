@@ -10,7 +10,7 @@ measured on the SST-2 dev set, labelled locally by the victim. Writes benchmarks
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+from _env import machine_info, portable, result_path  # first: offline defaults
 # isort: on
 
 import argparse
@@ -46,10 +46,11 @@ def main() -> None:
     t0 = time.perf_counter()
     with serve_in_thread(create_app(args.victim, ServeConfig(detector=False), store)) as url:
         s = run_extract(cfg, VictimClient(url, key))
-    result = {"victim": args.victim, "strategy": args.strategy, "epochs": args.epochs, "curve": s["curve"],
+    result = {"machine": machine_info(), "victim": portable(args.victim), "strategy": args.strategy,
+              "epochs": args.epochs, "curve": s["curve"],
               "victim_metrics": s["victim_metrics"], "eval_examples": s["eval_examples"],
-              "seconds": round(time.perf_counter() - t0, 1), "copy_dir": str(out)}
-    path = ROOT / "benchmarks" / "results" / "extraction.json"
+              "seconds": round(time.perf_counter() - t0, 1), "copy_dir": portable(out)}
+    path = result_path("extraction")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"victim dev accuracy {s['victim_metrics'].get('accuracy', float('nan')):.4f}")

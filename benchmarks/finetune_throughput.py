@@ -29,7 +29,7 @@ thresholds off for the rest of the process).
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+from _env import ROOT, machine_info, result_path  # first: offline defaults
 # isort: on
 
 import argparse
@@ -68,7 +68,7 @@ def main() -> None:
     p.add_argument("--sides", default="", help="comma-separated subset of the sides to run (default: all; ptmlab and "
                                                "at least one Trainer side are always kept)")
     p.add_argument("--isolate", action="store_true", help="every run in a fresh process of its own")
-    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "finetune_throughput.json"))
+    p.add_argument("--output", default=str(result_path("finetune_throughput")))
     p.add_argument("--run-side", help=argparse.SUPPRESS)  # internal: the child process of --isolate
     p.add_argument("--side-dir", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -105,6 +105,7 @@ def main() -> None:
     best = max((k for k in TRAINER_SIDES if k in summary), key=lambda k: summary[k]["examples_per_second_median"])
     ours = summary["ptmlab"]["examples_per_second_median"]
     result = {
+        "machine": machine_info(),
         "job": job.describe(), "device": str(device), "threads": torch.get_num_threads(),
         "precision_all_sides": job.precision, "repeats": args.repeats, "isolated_processes": args.isolate,
         "load_average_end": load_average(),

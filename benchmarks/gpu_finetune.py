@@ -20,7 +20,7 @@ be checked anywhere; its numbers then say nothing about GPUs.
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+from _env import ROOT, machine_info, result_path  # first: offline defaults
 # isort: on
 
 import argparse
@@ -53,7 +53,8 @@ def main() -> None:
     p.add_argument("--mfu-batch", type=int, default=1024, help="batch of the FLOP-rate run (0: skip)")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="the accelerator's dense bf16 peak")
     p.add_argument("--no-compile", action="store_true", help="skip the compiled sides")
-    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "gpu_finetune.json"))
+    p.add_argument("--output", default=None,
+                   help="result JSON (default: benchmarks/results/gpu_finetune.MACHINE.json)")
     args = p.parse_args()
     if not Path(args.glue_dir, "SST-2", "train.tsv").is_file():
         sys.exit(f"SST-2 not found under {args.glue_dir}: pass --glue-dir")
@@ -77,9 +78,10 @@ def main() -> None:
         references["bare_loop_compiled"] = lambda _out: run_bare(job, compile_mode="default")
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
     print(f"job: {job.describe()} on {name}; {args.repeats} alternating rounds")
-    result: dict = {"job": job.describe(), "device": name, "repeats": args.repeats, "complete": False,
+    result: dict = {"machine": machine_info(str(device)), "job": job.describe(), "device": name,
+                    "repeats": args.repeats, "complete": False,
                     "targets": {"speedup_vs_best_trainer": 2.0, "fraction_of_peak": 0.30}}
-    out = Path(args.output)
+    out = Path(args.output or result_path("gpu_finetune", str(device)))
 
     def write_partial(records: dict) -> None:
         atomic_write_json(out, {**result, "sides": {**result.get("sides", {}), **summarise(records)},

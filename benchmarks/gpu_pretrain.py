@@ -16,9 +16,7 @@ import json
 import time
 from pathlib import Path
 
-from _env import ROOT  # noqa: F401  first: offline defaults, repository root on sys.path
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from _env import machine_info, result_path  # first: offline defaults, repository root on sys.path
 
 
 def main() -> int:
@@ -33,7 +31,7 @@ def main() -> int:
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--peak", type=float, default=989e12, help="the chip's dense bf16 FLOP/s")
     ap.add_argument("--output", default="/tmp/ptmlab-gpu-pretrain")
-    ap.add_argument("--json", default=str(RESULTS / "gpu_pretrain.json"))
+    ap.add_argument("--json", default=None, help="result JSON (default: gpu_pretrain.MACHINE.json)")
     args = ap.parse_args()
 
     import torch
@@ -60,10 +58,11 @@ def main() -> int:
         "achieved_tflops": round(achieved / 1e12, 2), "peak_tflops": args.peak / 1e12,
         "share_of_peak": round(achieved / args.peak, 4), "initial_eval_loss": m["initial_eval_loss"],
         "eval_loss": m["eval_loss"], "train_seconds": s["train_seconds"], "wall_seconds": round(time.time() - t0, 1),
-        "torch": torch.__version__,
+        "machine": machine_info("cuda" if torch.cuda.is_available() else "cpu"),
     }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    out = Path(args.json or result_path("gpu_pretrain", "cuda" if torch.cuda.is_available() else "cpu"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
     for k, v in result.items():
         print(f"{k:20} {v}")
     return 0

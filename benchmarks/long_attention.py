@@ -18,12 +18,11 @@ it (rewritten after every length). Eager is skipped where its n x n score tensor
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+from _env import machine_info, result_path  # first: offline defaults
 # isort: on
 
 import argparse
 import os
-import platform
 
 TARGETS = {"window_exponent_max": 1.15, "speedup_vs_sdpa_at_8k_min": 3.0}
 
@@ -87,7 +86,6 @@ def _kernel_check(device: str) -> dict:
 def _write(a, rows, impls, dtypes, threads, kernel_check: dict | None, final: bool) -> None:
     """Summarise ``rows`` so far and write the JSON and the plot (after every length, so a run cut short keeps
     what it measured); ``final`` also prints the summary."""
-    import torch
 
     from ptmlab.core.io import atomic_write_json
     from ptmlab.longseq import cost
@@ -124,11 +122,10 @@ def _write(a, rows, impls, dtypes, threads, kernel_check: dict | None, final: bo
         r = summary[f"speedup_window_vs_sdpa_8k_{dtype}"]
         verdict[dtype] = {"window_exponent_ok": None if e is None else e <= TARGETS["window_exponent_max"],
                           "speedup_8k_ok": None if r is None else r >= TARGETS["speedup_vs_sdpa_at_8k_min"]}
-    suffix = "" if a.device == "cpu" else "_" + a.device.split(":")[0]
-    out = a.out or str(ROOT / "benchmarks" / "results" / f"long_attention{suffix}.json")
+    out = a.out or str(result_path("long_attention", a.device))
     result = {"benchmark": "long_attention", "device": a.device, "threads": threads, "window": a.window,
               "global_tokens": [0], "reps": a.reps, "model": "MiniLM-L6-shaped BERT, random weights, batch 1",
-              "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+              "machine": machine_info(a.device),
               "note": "best of reps; the CPU is shared with other processes, so absolute times are noisy",
               "targets": TARGETS, "summary": summary, "verdict": verdict, "rows": rows,
               "kernel_check": kernel_check}

@@ -47,7 +47,7 @@ def main() -> int:
     p.add_argument("--max-per-domain", type=int, default=None, help="the training cap the student had")
     p.add_argument("--lengths", default="128,512", help="evaluation lengths to choose from on the dev splits")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--output", default=str(Path(__file__).parent / "results" / "metakd_heldout.json"))
+    p.add_argument("--output", default=str(_env.result_path("metakd_heldout")))
     a = p.parse_args()
     train_names = [d for d in a.domains.split(",") if d]
     lengths = sorted(int(x) for x in a.lengths.split(","))
@@ -82,7 +82,8 @@ def main() -> int:
     # in whole examples, so that a difference of exactly 2 points is not lost to float rounding
     correct, base = round(student[chosen] * len(test)), round(tfidf * len(test))
     diff = 100 * (correct - base) / len(test)
-    result = {"student": a.student, "training_domains": train_names, "held_out": a.held_out, "rows": len(test),
+    result = {"machine": _env.machine_info(), "student": _env.portable(a.student), "training_domains": train_names,
+              "held_out": a.held_out, "rows": len(test),
               "max_per_domain": a.max_per_domain, "dev_accuracy_by_length": dev, "chosen_length": chosen,
               "student_accuracy_by_length": student, "student_accuracy": student[chosen], "tfidf_lr_accuracy": tfidf,
               "tfidf_lr_accuracy_all_training_rows": tfidf_all, "difference_points": diff,

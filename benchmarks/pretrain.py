@@ -19,13 +19,12 @@ Writes benchmarks/results/pretrain.json and prints a table.
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+from _env import ROOT, machine_info, portable, result_path  # first: offline defaults
 # isort: on
 
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -132,7 +131,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--precision", default="fp32,bf16", help="comma-separated: fp32, bf16")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pretrain.json"))
+    p.add_argument("--out", default=None, help="result JSON (default: pretrain.MACHINE.json)")
     args = p.parse_args()
     args.files = [args.files]
     if not Path(args.files[0]).exists():
@@ -144,12 +143,11 @@ def main() -> int:
 
     load_before = os.getloadavg()
     data = blocks(args)
-    results: dict = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                                 "torch_threads": torch.get_num_threads(), "device": args.device,
-                                 "torch": torch.__version__, "loadavg_before": [round(x, 2) for x in load_before]},
+    results: dict = {"machine": {**machine_info(args.device), "torch_threads": torch.get_num_threads(),
+                                 "device": args.device, "loadavg_before": [round(x, 2) for x in load_before]},
                      "job": {"model": f"bert {args.size} from scratch", "tokenizer": "minilm",
                              "block_size": args.block_size, "batch_size": args.batch_size, "steps": args.steps,
-                             "repeats": args.repeats, "files": args.files}, "precisions": {}}
+                             "repeats": args.repeats, "files": [portable(f) for f in args.files]}, "precisions": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for precision in args.precision.split(","):
             ours, theirs, electra = [], [], []
@@ -168,7 +166,7 @@ def main() -> int:
                 "electra_flops_per_token_vs_mlm": round(electra[0]["flops_per_token"] / ours[0]["flops_per_token"],
                                                         2)}
     results["machine"]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
-    out = Path(args.out)
+    out = Path(args.out or result_path("pretrain", args.device))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print("\n| precision | ptmlab MLM tok/s (min-max) | Trainer MLM tok/s (min-max) | speedup | ELECTRA s/step "

@@ -10,7 +10,7 @@ own process with the same torch thread count. Writes benchmarks/results/serve.js
 """
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+from _env import ROOT, machine_info, portable, result_path  # first: offline defaults
 # isort: on
 
 import argparse
@@ -129,11 +129,12 @@ def main() -> None:
             proc.wait(timeout=60)
     ratio = results["ptmlab serve"]["req_per_s"] / results["naive pipeline"]["req_per_s"]
     ratio_fp32 = results["ptmlab serve fp32"]["req_per_s"] / results["naive pipeline"]["req_per_s"]
-    out = {"run": args.run, "clients": args.clients, "requests": args.requests, "results": results,
+    out = {"machine": machine_info(), "run": portable(args.run), "clients": args.clients, "requests": args.requests,
+           "results": results,
            "throughput_ratio": round(ratio, 2), "throughput_ratio_fp32": round(ratio_fp32, 2), "target_ratio": 3.0,
            "bf16_label_agreement_with_fp32": bf16_agreement(args.run, texts), "cpus": len(os.sched_getaffinity(0)),
            "load_average": os.getloadavg()}
-    path = ROOT / "benchmarks" / "results" / "serve.json"
+    path = result_path("serve")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"{'server':16} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")

@@ -18,7 +18,6 @@ import _env  # noqa: F401  (first: offline defaults before anything imports tran
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -73,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--words", type=int, default=1_000_000)
     p.add_argument("--types", default="bpe,wordpiece,unigram")
     p.add_argument("--compare", default="minilm", help="pretrained tokenizers to time as well (a,b,...)")
-    p.add_argument("--output", default="benchmarks/results/tokenizers.json")
+    p.add_argument("--output", default=str(_env.result_path("tokenizer_compare")))
     a = p.parse_args(argv)
     data = Path(a.data) if a.data else shared_data_dir()
     if data is None or not (data / "text" / "gutenberg").is_dir():
@@ -114,13 +113,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"measured {name}: {t_ours:.2f} s vs baseline {t_base:.2f} s", flush=True)
     result = {
         "benchmark": "tokenizers",
-        "train_text": {"path": str(data / "text" / "gutenberg"), "chars": scan.chars, "lines": scan.lines},
+        "train_text": {"path": "text/gutenberg", "chars": scan.chars, "lines": scan.lines},
         "eval_words": n_words,
         "eval_distinct_words": len(count_words(eval_lines)),
         "vocab_size": a.vocab_size,
-        "machine": {"cpus": len(os.sched_getaffinity(0)), "platform": platform.platform(),
-                    "python": platform.python_version(),
-                    "tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM")},
+        "machine": {**_env.machine_info(), "tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM")},
         "rows": rows,
     }
     atomic_write_json(a.output, result)

@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# The GPU checks of the speed, pre-training and long-input issues, as one script for a lent GPU machine (the device
-# tool), in order of what is still unmeasured:
-#   1. the fine-tuning loop vs transformers' Trainer and a bare loop on SST-2, bf16 (benchmarks/gpu_finetune.py,
-#      issue 18: >= 2x the Trainer at batch 32, >= 30% of the bf16 peak at the largest batch)
+# The GPU benchmarks, as one script for a lent GPU machine (the device tool), in this order:
+#   1. the fine-tuning loop vs transformers' Trainer and a bare loop on SST-2, bf16 (benchmarks/gpu_finetune.py;
+#      targets: >= 2x the Trainer at batch 32, >= 30% of the bf16 peak at the largest batch)
 #   2. long-input attention on CUDA: first ptmlab's two window kernels against each other (outputs and gradients,
 #      with padding), then the cost of its window attention (its CUDA kernel, FlexAttention, and its blockwise
-#      kernel) against sdpa and a plain FlexAttention baseline (benchmarks/long_attention.py, issue 14)
-#   3. only with PRETRAIN=1 (measured in session 12, issue 12 resolved): ptmlab's MLM pre-training engine on CUDA,
-#      tokens/s and share of the bf16 peak (benchmarks/gpu_pretrain.py)
+#      kernel) against sdpa and a plain FlexAttention baseline (benchmarks/long_attention.py)
+#   3. only with PRETRAIN=1 (already measured, BENCHMARKS.md): ptmlab's MLM pre-training engine on CUDA, tokens/s and
+#      share of the bf16 peak (benchmarks/gpu_pretrain.py)
 # Everything they read travels in .gpu/ (`bash scripts/gpu_prepare.sh` builds it here; carry: [".gpu"]).
 # Example: run(command="bash scripts/gpu_checks.sh", carry=[".gpu"], timeout_s=590) with OUT set by the tool.
-# Results go to $OUT (or ./gpu-out).
+# Results go to $OUT (or ./gpu-out), named BENCHMARK.MACHINE.json like benchmarks/results/.
 set -uo pipefail
 OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PTMLAB_PROGRESS=0 PTMLAB_CACHE=/tmp/ptmlab-cache
@@ -18,6 +17,7 @@ PY="${PYTHON:-python3}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
   | tee -a "$OUT/gpu.txt"
+TAG=$($PY -c "import sys; sys.path.insert(0, 'benchmarks'); import _env; print(_env.machine_tag('cuda'))")
 # minilm travels in fp16 (the 64 MiB limit); it trains from an fp32 copy
 $PY - <<'PYEOF'
 import shutil
@@ -31,11 +31,11 @@ save_file({k: v.float() for k, v in load_file(str(src / "model.safetensors")).it
           str(dst / "model.safetensors"), metadata={"format": "pt"})
 PYEOF
 timeout "${FINETUNE_TIMEOUT:-330}" $PY benchmarks/gpu_finetune.py --model /tmp/minilm32 --glue-dir .gpu/glue \
-  --repeats 1 --peak-tflops "${PEAK_TFLOPS:-989}" --output "$OUT/gpu_finetune.json" 2>&1 | tail -25
+  --repeats 1 --peak-tflops "${PEAK_TFLOPS:-989}" --output "$OUT/gpu_finetune.$TAG.json" 2>&1 | tail -25
 # compiles FlexAttention once per length for the baseline and once or twice for ptmlab's kernel; the JSON is
 # rewritten after every length, so a cut-short run keeps what it measured
 timeout "${LONG_TIMEOUT:-170}" $PY benchmarks/long_attention.py --device cuda --dtypes bf16 --reps 2 \
-  --impls sdpa,window --lengths 1024,4096,16384 --out "$OUT/long_attention_cuda.json" 2>&1 | tail -16
+  --impls sdpa,window --lengths 1024,4096,16384 --out "$OUT/long_attention.$TAG.json" 2>&1 | tail -16
 [ "${PRETRAIN:-0}" = 1 ] && timeout "${PRETRAIN_TIMEOUT:-100}" $PY benchmarks/gpu_pretrain.py --files .gpu/data/wikitext-2 --tokenizer .gpu/tok \
-  --size base --block-size 128 --batch-size 256 --max-steps "${STEPS:-60}" --json "$OUT/gpu_pretrain.json" 2>&1 | tail -22
+  --size base --block-size 128 --batch-size 256 --max-steps "${STEPS:-60}" --json "$OUT/gpu_pretrain.$TAG.json" 2>&1 | tail -22
 ls "$OUT"

@@ -3,7 +3,7 @@
 # downloaded, ../shared does not travel and at most 64 MiB travel with the working tree (carry: [".gpu"]):
 #   .gpu/minilm16/      minilm in fp16 (about 45 MB; the fp32 file is 87 MB), config and tokenizer; gpu_checks.sh
 #                       turns it back into fp32 there before anything trains
-#   .gpu/glue/SST-2/    train.tsv and dev.tsv (fine-tuning benchmark, issue 18)
+#   .gpu/glue/SST-2/    train.tsv and dev.tsv (fine-tuning benchmark)
 #   .gpu/data/wikitext-2, .gpu/tok   raw text and the minilm tokenizer (pre-training benchmark)
 # Usage: bash scripts/gpu_prepare.sh [SHARED_DATA_DIR]   (default ../shared/data)
 set -euo pipefail

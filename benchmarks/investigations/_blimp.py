@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import argparse
 
-from _env import ROOT
+from _env import ROOT, result_path
 
 
-def blimp_parser(doc: str, output: str) -> argparse.ArgumentParser:
+def blimp_parser(doc: str, name: str) -> argparse.ArgumentParser:
     """--model, --blimp, --per-phenomenon, --seed (reference sample) and --output (default
-    benchmarks/results/OUTPUT); a script adds its own."""
+    benchmarks/investigations/results/NAME.MACHINE.json); a script adds its own."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--model", default="mpnet")
     p.add_argument("--blimp", default=str(ROOT.parent / "shared" / "data" / "blimp"))
     p.add_argument("--per-phenomenon", type=int, default=100)
     p.add_argument("--seed", type=int, default=0, help="reference sample")
-    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / output))
+    p.add_argument("--output", default=str(result_path(name, investigation=True)))
     return p
 
 

@@ -3,15 +3,16 @@ made honestly? For each scoring (plain, centred), a sentence's score summed over
 layer z-scored over all scored sentences, which uses no labels) is compared across every range on the development
 phenomena (the anomaly study's split: sorted names, even positions); the range chosen there is reported on the
 held-out phenomena (odd positions) beside the dev-chosen single layer. One reference sample (--seed).
-Writes benchmarks/results/anomaly_layer_ranges.json and prints one line per scoring.
+Writes benchmarks/investigations/results/anomaly_layer_ranges.MACHINE.json and prints one line per scoring.
 
-    python benchmarks/anomaly_layer_ranges.py [--model mpnet] [--blimp ../shared/data/blimp] [--per-phenomenon 100]
+    python benchmarks/investigations/anomaly_layer_ranges.py [--model mpnet] [--blimp ../shared/data/blimp]
+                                                             [--per-phenomenon 100]
 """
 
 from __future__ import annotations
 
 # isort: off
-import _env  # noqa: F401  first: offline defaults before anything imports transformers
+import _shared  # noqa: F401  (first: the benchmarks' helpers and offline defaults)
 # isort: on
 
 import time
@@ -55,7 +56,7 @@ def main() -> int:
     from ptmlab.core.seed import configure_threads
     from ptmlab.studies.anomaly import _FitArgs
 
-    p = blimp_parser(__doc__, "anomaly_layer_ranges.json")
+    p = blimp_parser(__doc__, "anomaly_layer_ranges")
     p.add_argument("--max-sentences", type=int, default=2000, help="reference sentences (the study's default)")
     args = p.parse_args()
     configure_threads()

@@ -7,15 +7,16 @@ covariance (full, Ledoit-Wolf), one reference sample (--seed). Rule: the variant
 best single-layer accuracy on the development phenomena (the anomaly study's split: sorted names, even positions);
 the number reported for them is the held-out phenomena's accuracy at that layer. Every variant's held-out curve is
 written too, for the record, never used to choose. BLiMP and the reference are encoded once; each variant re-fits.
-Writes benchmarks/results/anomaly_reference.json and prints one line per variant.
+Writes benchmarks/investigations/results/anomaly_reference.MACHINE.json and prints one line per variant.
 
-    python benchmarks/anomaly_reference.py [--model mpnet] [--blimp ../shared/data/blimp] [--per-phenomenon 100]
+    python benchmarks/investigations/anomaly_reference.py [--model mpnet] [--blimp ../shared/data/blimp]
+                                                          [--per-phenomenon 100]
 """
 
 from __future__ import annotations
 
 # isort: off
-import _env  # noqa: F401  first: offline defaults before anything imports transformers
+import _shared  # noqa: F401  (first: the benchmarks' helpers and offline defaults)
 # isort: on
 
 import time
@@ -63,7 +64,7 @@ def main() -> int:
     from ptmlab.core.io import atomic_write_json
     from ptmlab.core.seed import configure_threads
 
-    p = blimp_parser(__doc__, "anomaly_reference.json")
+    p = blimp_parser(__doc__, "anomaly_reference")
     p.add_argument("--base", type=int, default=2000, help="the study's reference size")
     p.add_argument("--most", type=int, default=6000, help="the larger reference (at most; WikiText-2 has ~4,700)")
     args = p.parse_args()

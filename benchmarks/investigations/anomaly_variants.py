@@ -2,15 +2,17 @@
 BLiMP and of the reference sentences, then each variant re-fits and re-scores from the cached token vectors:
 reference samples (seeds, sizes, Ledoit-Wolf, other corpora), token scores (Gaussian, Student-t, -log
 Mahalanobis, without the final token) and layer pooling (mean / concatenation of layers). Writes
-benchmarks/results/anomaly_variants.json and prints one line per variant (best layer and accuracy).
+benchmarks/investigations/results/anomaly_variants.MACHINE.json and prints one line per variant (best layer and
+accuracy).
 
-    python benchmarks/anomaly_variants.py [--blimp ../shared/data/blimp] [--per-phenomenon 100]
+    python benchmarks/investigations/anomaly_variants.py [--blimp ../shared/data/blimp] [--per-phenomenon 100]
 """
 
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+import _shared  # noqa: F401  (first: the benchmarks' helpers and offline defaults)
+from _env import ROOT, result_path
 # isort: on
 
 import argparse
@@ -106,7 +108,7 @@ def main() -> int:
     if G:
         run("WikiText-2 + Gutenberg reference", W[:base] + G)
         run("Gutenberg reference", G)
-    out = ROOT / "benchmarks" / "results" / "anomaly_variants.json"
+    out = result_path("anomaly_variants", investigation=True)
     out.write_text(json.dumps({"model": "minilm", "pairs": n, "rows": rows}, indent=2) + "\n")
     print(f"written to {out}")
     return 0

@@ -12,13 +12,13 @@ of a step). Median over ``--rounds`` alternating rounds, each the median of ``ST
 the median over rounds of each round's own ratio, steadier on a host whose speed drifts. The gradient norms
 seen are recorded (the fold works the same whether the factor clips or is 1).
 
-    python benchmarks/clipped_step.py [--rounds 8] [--precision fp32|bf16] [--shapes 32x8,32x16,32x32]
+    python benchmarks/investigations/clipped_step.py [--rounds 8] [--precision fp32|bf16] [--shapes 32x8,32x16,32x32]
 """
 
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+import _shared  # noqa: F401  (first: the benchmarks' helpers and offline defaults)
 # isort: on
 
 import os
@@ -31,8 +31,7 @@ SIDES = ("torch", "ptmlab", "unclipped")
 
 
 def main() -> None:
-    a, shapes = step_benchmark_args(__doc__.splitlines()[0],
-                                    str(ROOT / "benchmarks" / "results" / "clipped_step.json"))
+    a, shapes = step_benchmark_args(__doc__.splitlines()[0], "clipped_step")
     import torch
 
     from ptmlab.core.host_memory import reuse_host_memory

@@ -9,13 +9,14 @@ does not train: no gradient, no clipping, no update). ``1 - frozen / full`` is t
 costs: the most that any sparse or lazy update of it could save. Same model, batches, precision and dropout on both
 sides; median over ``--rounds`` of alternating rounds, each the median of ``STEPS`` steps.
 
-    python benchmarks/embedding_share.py [--rounds 8] [--precision fp32|bf16] [--shapes 32x16,32x32,32x64]
+    python benchmarks/investigations/embedding_share.py [--rounds 8] [--precision fp32|bf16]
+                                                        [--shapes 32x16,32x32,32x64]
 """
 
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+import _shared  # noqa: F401  (first: the benchmarks' helpers and offline defaults)
 # isort: on
 
 import os
@@ -27,8 +28,7 @@ STEPS = 5  # timed steps per side and shape in each round, after one untimed one
 
 
 def main() -> None:
-    a, shapes = step_benchmark_args(__doc__.splitlines()[0],
-                                    str(ROOT / "benchmarks" / "results" / "embedding_share.json"))
+    a, shapes = step_benchmark_args(__doc__.splitlines()[0], "embedding_share")
     import torch
 
     from ptmlab.core.host_memory import reuse_host_memory

@@ -6,14 +6,14 @@ training loop installs it ("fast": dropout modules and, on sdpa, attention dropo
 the floor no dropout implementation can beat). Every side uses the same precision, batch, data and the first-token
 cut ptmlab trains with; the ratio is torch / fast step time.
 
-    python benchmarks/fast_dropout.py [--model minilm] [--rounds 8] [--shapes 32x16,32x64,32x128,8x512]
+    python benchmarks/investigations/fast_dropout.py [--model minilm] [--rounds 8] [--shapes 32x16,32x64,32x128,8x512]
                                       [--precision fp32|bf16]
 """
 
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+import _shared  # noqa: F401  (first: the benchmarks' helpers and offline defaults)
 # isort: on
 
 import os
@@ -24,7 +24,7 @@ from _timing import alternate_medians, random_batch, step_benchmark_args, traini
 
 
 def main() -> None:
-    a, shapes = step_benchmark_args(__doc__.splitlines()[0], None)
+    a, shapes = step_benchmark_args(__doc__.splitlines()[0], "fast_dropout")
     import torch
 
     from ptmlab.core.io import atomic_write_json
@@ -53,7 +53,7 @@ def main() -> None:
               "load_average_end": os.getloadavg(), "rows": rows,
               "ratio_is": "median training step time with torch's dropout / with ptmlab's fast dropout, same model, "
                           "batch and precision, alternating; 'none' is the same step with dropout 0"}
-    out = Path(a.output or ROOT / "benchmarks" / "results" / f"fast_dropout_{a.precision}.json")
+    out = Path(a.output)
     atomic_write_json(out, result)
     print(f"written: {out}")
 

@@ -7,13 +7,13 @@ dropout off, to show how much of a CPU step dropout takes (every side of the fin
 Both sides run at the same precision (``--precision``, fp32 by default), batch and data; the ratio is full / cut
 step time.
 
-    python benchmarks/first_token.py [--model minilm] [--rounds 8] [--shapes 32x16,32x64,32x128,8x512]
+    python benchmarks/investigations/first_token.py [--model minilm] [--rounds 8] [--shapes 32x16,32x64,32x128,8x512]
 """
 
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+import _shared  # noqa: F401  (first: the benchmarks' helpers and offline defaults)
 # isort: on
 
 import os
@@ -24,7 +24,7 @@ from _timing import alternate_medians, random_batch, step_benchmark_args, traini
 
 
 def main() -> None:
-    a, shapes = step_benchmark_args(__doc__.splitlines()[0], str(ROOT / "benchmarks" / "results" / "first_token.json"))
+    a, shapes = step_benchmark_args(__doc__.splitlines()[0], "first_token")
     import torch
 
     from ptmlab.core.io import atomic_write_json

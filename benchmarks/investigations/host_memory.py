@@ -10,14 +10,15 @@ and dropout (torch's, on both sides: the fast dropout is measured by ``fast_drop
 ``--what inference`` times a forward pass in eval mode under ``torch.inference_mode`` instead (what evaluation,
 prediction and serving run).
 
-    python benchmarks/host_memory.py [--rounds 3] [--precision fp32|bf16] [--shapes 32x16,32x64,32x128,8x512]
-                                     [--what train|inference]
+    python benchmarks/investigations/host_memory.py [--rounds 3] [--precision fp32|bf16]
+                                                    [--shapes 32x16,32x64,32x128,8x512]
+                                                    [--what train|inference]
 """
 
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+import _shared  # noqa: F401  (first: the benchmarks' helpers and offline defaults)
 # isort: on
 
 import json
@@ -73,8 +74,8 @@ def child(mode: str, model_name: str, shapes: list[tuple[int, int]], precision: 
 
 
 def main() -> None:
-    a, shapes = step_benchmark_args(__doc__.splitlines()[0], str(ROOT / "benchmarks" / "results" /
-                                                                  "host_memory.json"),
+    a, shapes = step_benchmark_args(__doc__.splitlines()[0],
+                                    lambda a: "host_memory" if a.what == "train" else "host_memory_inference",
                                     extra=lambda p: p.add_argument("--what", default="train",
                                                                    choices=["train", "inference"]))
     if os.environ.get("PTMLAB_HOST_MEMORY_CHILD"):

@@ -2,15 +2,16 @@
 (ptmlab.longseq.window) at --length tokens, forward only, forward + backward without dropout, and forward + backward
 with --dropout, alternating in one run (best of --repeats each). PyTorch's fused CPU attention kernel has no
 dropout, so with dropout scaled_dot_product_attention falls back to its math path; this measures that fallback.
-Writes benchmarks/results/window_dropout.json and prints a table.
+Writes benchmarks/investigations/results/window_dropout.MACHINE.json and prints a table.
 
-    OMP_NUM_THREADS=2 python benchmarks/window_dropout.py [--length 4096] [--window 256] [--dropout 0.1]
+    OMP_NUM_THREADS=2 python benchmarks/investigations/window_dropout.py [--length 4096] [--window 256] [--dropout 0.1]
 """
 
 from __future__ import annotations
 
 # isort: off
-from _env import ROOT  # first: offline defaults before anything imports transformers
+import _shared  # noqa: F401  (first: the benchmarks' helpers and offline defaults)
+from _env import result_path
 # isort: on
 
 import argparse
@@ -31,7 +32,7 @@ def main() -> int:
     p.add_argument("--head-dim", type=int, default=32, help="minilm: 384 / 12")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "window_dropout.json"))
+    p.add_argument("--out", default=str(result_path("window_dropout", investigation=True)))
     args = p.parse_args()
     torch.manual_seed(0)
     shape = (1, args.heads, args.length, args.head_dim)

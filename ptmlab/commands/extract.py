@@ -29,6 +29,9 @@ def register(sub) -> None:
     p.add_argument("--alpha", type=float, default=0.01, help="verify-watermark: significance level (default 0.01)")
     p.add_argument("--queries", help="verify-watermark: the queries the suspect learned from (an extraction run's "
                                      "queries.json or a text file, one per line); the server stores only their hashes")
+    p.add_argument("--trust-pickle", action="store_true",
+                   help="verify-watermark: load MODEL's pickle checkpoint (pytorch_model.bin) when it has no "
+                        "safetensors; a suspect is untrusted by definition, so only for a folder you vouch for")
     p.add_argument("--state", help="verify-watermark: the server's state (a directory or postgresql://...; default "
                                    "$PTMLAB_STATE, else $PTMLAB_HOME)")
     add_config_args(p, ExtractConfig, exclude=("strategy", "query_strategy"))
@@ -71,6 +74,10 @@ def verify(args: argparse.Namespace) -> int:
     if not args.queries:
         raise PtmlabError("verify-watermark needs --queries FILE (the suspect's training queries): the server keeps "
                           "only hashes of the watermarked queries")
+    if args.trust_pickle:
+        from ptmlab.models.loader import trust_pickle
+
+        trust_pickle(args.suspect)
     texts, pairs = read_queries(args.queries)
     store = open_store(args.state)
     key_id = store.resolve_key(args.key_name).id if args.key_name else None

@@ -37,18 +37,19 @@ def register(sub) -> None:
 
 
 def create(args: argparse.Namespace) -> int:
-    from ptmlab.serve.state import check_limits, open_store
+    from ptmlab.serve.state import check_limits, check_name, open_store
 
-    check_limits(args.rate, args.burst, args.daily_budget)  # before touching the store
-    key = open_store(args.state).create_key(args.name, args.rate, args.burst, args.daily_budget)
-    print(f"created key '{args.name.strip()}' (rate {args.rate:g} texts/s, burst {args.burst:g} texts, daily budget "
+    name = check_name(args.name)  # before touching the store
+    check_limits(args.rate, args.burst, args.daily_budget)
+    key = open_store(args.state).create_key(name, args.rate, args.burst, args.daily_budget)
+    print(f"created key '{name}' (rate {args.rate:g} texts/s, burst {args.burst:g} texts, daily budget "
           f"{args.daily_budget} texts); it is shown only now, store it safely:")
     print(key)
     return 0
 
 
 def list_keys(args: argparse.Namespace) -> int:
-    from ptmlab.serve.state import open_store
+    from ptmlab.serve.state import open_store, printable_name
 
     store = open_store(args.state)
     usage = store.usage()
@@ -58,18 +59,18 @@ def list_keys(args: argparse.Namespace) -> int:
         created = dt.datetime.fromtimestamp(k.created, dt.UTC).strftime("%Y-%m-%d %H:%M")
         status = "revoked" if k.revoked else "active"
         total = usage.get(k.id, {}).get("queries", 0)
-        print(f"{k.id:>4}  {k.name[:20]:20} {created:17} {status:8} {k.rate:>7g} {k.burst:>6g} {k.daily_budget:>10} "
-              f"{store.used_today(k.id):>8} {total:>9}")
+        print(f"{k.id:>4}  {printable_name(k.name)[:20]:20} {created:17} {status:8} {k.rate:>7g} {k.burst:>6g} "
+              f"{k.daily_budget:>10} {store.used_today(k.id):>8} {total:>9}")
     return 0
 
 
 def revoke(args: argparse.Namespace) -> int:
-    from ptmlab.serve.state import open_store
+    from ptmlab.serve.state import open_store, printable_name
 
     store = open_store(args.state)
     k = store.resolve_key(args.key)
     store.revoke(k.id)
-    print(f"revoked key {k.id} ('{k.name}')")
+    print(f"revoked key {k.id} ('{printable_name(k.name)}')")
     return 0
 
 

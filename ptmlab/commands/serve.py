@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ptmlab.core.config import add_config_args, resolve_config
 
@@ -27,12 +28,16 @@ def run(args: argparse.Namespace) -> int:
     from ptmlab.core.host_memory import reuse_host_memory
     from ptmlab.core.seed import configure_threads
     from ptmlab.serve.app import create_app
-    from ptmlab.serve.config import ServeConfig
+    from ptmlab.serve.config import ServeConfig, is_loopback
     from ptmlab.serve.server import serve_forever
     from ptmlab.serve.state import open_store
 
     cfg = resolve_config(ServeConfig, args, args.config)
     cfg.validate()
+    if not is_loopback(cfg.host):
+        print(f"warning: --host {cfg.host} is not loopback: the API is reachable from other machines (keys, quotas "
+              f"and the output policy are the only guard); pass --host 127.0.0.1 to keep it local", file=sys.stderr,
+              flush=True)
     configure_threads()
     store = open_store(cfg.state or None, cfg.state_timeout)
     app = create_app(args.run_dir, cfg, store)

@@ -39,10 +39,12 @@ class ExtractConfig(ModelArgs, DataArgs, TrainArgs):
         self.validate_data()
         self.validate_train()
         QUERY_STRATEGIES.get(self.query_strategy)
-        if self.budget < 1:
-            raise PtmlabError(f"--budget must be >= 1, got {self.budget}")
-        if self.chunk < 1:
-            raise PtmlabError(f"--chunk must be >= 1, got {self.chunk}")
+        if not 1 <= self.budget <= 10_000_000:
+            raise PtmlabError(f"--budget must be in 1..10000000, got {self.budget}")
+        if not 1 <= self.chunk <= 10_000:
+            raise PtmlabError(f"--chunk must be in 1..10000, got {self.chunk}")
+        if not 0 <= self.max_wait <= 7 * 86_400:  # NaN fails too
+            raise PtmlabError(f"--max-wait must be in 0..604800 seconds, got {self.max_wait}")
         for b in self.curve_budgets():
             if not 0 < b < self.budget:
                 raise PtmlabError(f"--curve point {b} must be between 1 and --budget {self.budget} (exclusive)")
@@ -74,13 +76,14 @@ def run_extract(cfg: ExtractConfig, client: VictimClient | None = None) -> dict:
     dev = data.splits["dev"]
     texts, pairs = make_queries(cfg.query_strategy, cfg.budget, data.splits["train"], cfg.seed, spec.is_pair,
                                 cfg.corpus)
+    client = client or VictimClient(cfg.victim, cfg.key, cfg.chunk, max_wait=cfg.max_wait)
+    # the victim is asked everything first: a victim that refuses or answers nonsense leaves no run folder behind
+    answers = client.query(texts, pairs, desc="query victim")
+    victim_dev, eval_queries = victim_dev_labels(cfg, client, dev, answers.label_names)
     run = RunDir.create(cfg.output, cfg.overwrite)
     run.write_config(config_to_dict(dataclasses.replace(cfg, key="***")), "extract")
-    client = client or VictimClient(cfg.victim, cfg.key, cfg.chunk, max_wait=cfg.max_wait)
-    answers = client.query(texts, pairs, desc="query victim")
     atomic_write_json(run.file("queries.json"), {"texts": texts, "text_pairs": pairs, "labels": answers.labels,
                                                  "probs": answers.probs, "label_names": answers.label_names})
-    victim_dev, eval_queries = victim_dev_labels(cfg, client, dev, answers.label_names)
     task_names = label_names(data)
     victim_metrics = {}
     if dev.label is not None:

@@ -7,7 +7,10 @@ tokenization (422 naming the text), the batched forward pass (422 when this requ
 408 timeout, 429 queue full), and one committed transaction charging and logging the answer before it is sent.
 Input faults found after admission are charged and audited, so they are not free to repeat. Every store call runs
 in a thread: a locked store answers 503 with ``Retry-After`` and never stalls the event loop; ``/healthz`` and
-``/metrics`` never touch the store.
+``/metrics`` wait for no writer (``/metrics`` only looks its key up, unless ``--public-metrics``).
+
+Nothing a client sends is echoed back whole: an error quotes at most a short, escaped excerpt of it
+(``excerpt.py``). Without ``--public-metrics`` no unauthenticated answer names a path or a server setting.
 
 A multi-task run is served whole: a request names its head with ``"task"`` and, without one, gets the first head's
 answer, with the task that answered named in every response. One task per request (not every head's answer) because
@@ -22,6 +25,7 @@ import contextlib
 import datetime as dt
 import json
 import time
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -29,8 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ptmlab.core.errors import PtmlabError
-from ptmlab.serve.batcher import Batcher, QueueFull
+from ptmlab.serve.batcher import Batcher, BatchFailed, QueueFull
 from ptmlab.serve.config import ServeConfig
+from ptmlab.serve.excerpt import excerpt, safe_message
 from ptmlab.serve.metrics import Metrics
 from ptmlab.serve.policy import OutputPolicy, parse_policy
 from ptmlab.serve.predictor import InputError, TaskInfo
@@ -74,7 +79,17 @@ REQUEST_BODY = {"requestBody": {"required": True, "content": {
 
 
 def _error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+    return JSONResponse({"error": safe_message(message)}, status_code=status, headers=headers)
+
+
+def _no_duplicates(pairs: list[tuple]) -> dict:
+    """A JSON object, refusing a key given twice (which of two values counts would otherwise be a guess)."""
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key '{excerpt(k)}'")
+        out[k] = v
+    return out
 
 
 def _seconds_to_midnight() -> float:
@@ -93,17 +108,26 @@ class RequestMetrics:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope.get("path") != self.path:
             return await self.app(scope, receive, send)
-        t0, status = time.perf_counter(), [500]
+        t0, status, gone = time.perf_counter(), [500], [False]
 
         async def send_status(msg):
             if msg["type"] == "http.response.start":
                 status[0] = msg["status"]
             await send(msg)
 
+        async def receive_watch():
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                gone[0] = True
+            return msg
+
         try:
-            await self.app(scope, receive, send_status)
-        finally:
-            self.metrics.request(status[0], time.perf_counter() - t0)
+            await self.app(scope, receive_watch, send_status)
+        except Exception:
+            if not gone[0]:
+                raise
+        finally:  # a client that left before its answer is counted apart (499), not as a server error
+            self.metrics.request(499 if gone[0] and status[0] == 500 else status[0], time.perf_counter() - t0)
 
 
 async def read_body(request: Request, limit: int) -> bytes | None:
@@ -112,7 +136,7 @@ async def read_body(request: Request, limit: int) -> bytes | None:
     if declared is not None and (not declared.isdigit() or int(declared) > limit):
         return None
     chunks, size = [], 0
-    async for chunk in request.stream():
+    async for chunk in request.stream():  # a client that leaves mid-body raises ClientDisconnect (counted 499)
         size += len(chunk)
         if size > limit:
             return None
@@ -125,6 +149,10 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
     from ptmlab.serve.predictor import Predictor
 
     cfg.validate()
+    if cfg.trust_pickle:
+        from ptmlab.models.loader import trust_pickle
+
+        trust_pickle(model_dir)
     policy: OutputPolicy = parse_policy(cfg.output_policy)
     store = store or open_store(cfg.state or None, cfg.state_timeout)
     predictor = Predictor(model_dir, cfg.max_length or None, cfg.precision, cfg.chunk)
@@ -153,8 +181,9 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
 
     served = (f"tasks: {', '.join(t.name for t in info.tasks)}; name one with \"task\"" if info.tasks
               else f"labels: {', '.join(info.labels)}")
+    name = Path(info.path).name  # what clients see of the model: its folder's name, never the path
     app = FastAPI(title="ptmlab inference API", version="1", lifespan=lifespan,
-                  description=f"Predictions of {info.path} ({served}); output policy {policy.name}.")
+                  description=f"Predictions of {name} ({served}); output policy {policy.name}.")
     app.state.store, app.state.batcher, app.state.metrics, app.state.info = store, batcher, metrics, info
 
     async def in_thread(fn, *args, **kw):
@@ -163,7 +192,7 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
     @app.exception_handler(StoreBusy)
     async def _busy(request: Request, exc: StoreBusy):
         metrics.reject("store")
-        return _error(503, f"state store busy ({exc}): retry after the Retry-After seconds", {"Retry-After": "1"})
+        return _error(503, "state store busy: retry after the Retry-After seconds", {"Retry-After": "1"})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
@@ -180,19 +209,27 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
 
     @app.get("/healthz")
     async def healthz() -> dict:
-        """Liveness and what is served: the model loaded (absolute path, type, labels, task, and every task a
-        request may name with its labels); never touches the state store."""
+        """Liveness and what a client may ask: the model's name, labels, task and every task a request may name
+        with its labels; with --public-metrics also the model's path, the state store, the detector and the
+        precision. Never touches the state store."""
         tasks = [{"name": t.name, "kind": t.kind, "labels": t.labels, "pair": t.pair} for t in info.tasks] or [
             {"name": info.task, "kind": "classification", "labels": info.labels, "pair": info.pair}]
-        return {"status": "ok" if batcher.thread.is_alive() else "degraded", "model": info.path,
-                "model_type": info.model_type, "task": info.task, "labels": info.labels, "tasks": tasks,
-                "parameters": info.parameters, "max_length": info.max_length, "positions": info.positions,
-                "policy": policy.name, "precision": predictor.precision, "queued_texts": batcher.waiting,
-                "state": store.where, "detector": cfg.detector_action if cfg.detector else "off"}
+        out = {"status": "ok" if batcher.thread.is_alive() else "degraded", "model": name,
+               "model_type": info.model_type, "task": info.task, "labels": info.labels, "tasks": tasks,
+               "max_length": info.max_length, "policy": policy.name}
+        if cfg.public_metrics:
+            out.update({"model": info.path, "parameters": info.parameters, "positions": info.positions,
+                        "precision": predictor.precision, "queued_texts": batcher.waiting, "state": store.where,
+                        "detector": cfg.detector_action if cfg.detector else "off"})
+        return out
 
-    @app.get("/metrics", response_class=PlainTextResponse)
-    async def prometheus() -> str:
-        """Prometheus text format: requests by status, rejects by reason, latency and batch-size histograms."""
+    @app.get("/metrics", response_class=PlainTextResponse, responses={401: {"model": ErrorResponse}})
+    async def prometheus(request: Request):
+        """Prometheus text format: requests by status, rejects by reason, latency and batch-size histograms (needs
+        a key unless the server runs with --public-metrics)."""
+        if not cfg.public_metrics and await authenticate(request) is None:
+            return _error(401, "/metrics needs 'Authorization: Bearer KEY' (or serve with --public-metrics)",
+                          {"WWW-Authenticate": "Bearer"})
         return metrics.render()
 
     @app.post("/v1/predict", response_model=PredictResponse, responses=ERRORS, openapi_extra=REQUEST_BODY)
@@ -235,6 +272,10 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
             return _error(429, "server busy (too many texts queued): retry shortly", {"Retry-After": "1"})
         try:
             probs = await asyncio.wait_for(fut, cfg.timeout)
+        except BatchFailed as e:  # the server's fault: nothing charged
+            await in_thread(store.release, adm.hold)
+            metrics.reject("server")
+            return _error(503, str(e), {"Retry-After": "1"})
         except TimeoutError:
             await in_thread(store.release, adm.hold)
             metrics.reject("timeout")
@@ -260,7 +301,7 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
                                detector_policy):
             return refused(key, type(adm)(False, reason="budget"))
         metrics.answered(n)
-        return PredictResponse(model=info.path, policy=policy.name, task=head.name if head else info.task,
+        return PredictResponse(model=name, policy=policy.name, task=head.name if head else info.task,
                                label_names=labels, predictions=answer)
 
     def prepare(req: PredictRequest):
@@ -291,16 +332,19 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
 
     def parse_request(body: bytes) -> tuple[PredictRequest | None, str | None]:
         try:
-            data = json.loads(body)
+            data = json.loads(body, object_pairs_hook=_no_duplicates)
+        except RecursionError:
+            return None, "the body nests too deeply: send JSON {\"texts\": [\"...\"]}"
         except (ValueError, UnicodeDecodeError) as e:
-            return None, f"the body is not JSON ({type(e).__name__}): send JSON {{\"texts\": [\"...\"]}}"
+            why = str(e) if str(e).startswith("duplicate key") else type(e).__name__
+            return None, f"the body is not JSON ({why}): send JSON {{\"texts\": [\"...\"]}}"
         try:
             return PredictRequest.model_validate(data), None
         except ValidationError as e:
-            first = e.errors()[0] if e.errors() else {}
+            first = e.errors(include_input=False, include_url=False)[0] if e.error_count() else {}
             where = ".".join(str(p) for p in first.get("loc", ())) or "body"
-            return None, (f"invalid request at '{where}': {first.get('msg', 'malformed')}; send JSON "
-                          f'{{"texts": ["..."]}}')
+            return None, (f"invalid request at '{excerpt(where)}': {excerpt(first.get('msg', 'malformed'), 200)}; "
+                          f'send JSON {{"texts": ["..."]}}')
 
     def pick_head(req: PredictRequest) -> tuple[TaskInfo | None, str | None]:
         """The multi-task head that answers (None for a single-task model), or the problem with ``task``."""

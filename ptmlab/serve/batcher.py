@@ -5,6 +5,8 @@ A worker thread takes the first waiting request, then keeps collecting until ``m
 Requests arrive already tokenized (each on its own), so only the forward pass can fail here; when a batch of several
 requests fails, each is retried alone, so only a request whose own input makes the model raise gets the error
 (``InputError``). Requests whose client stopped waiting (timeout) are dropped before any work is done for them.
+Any other failure while collecting or answering a batch fails that batch's requests (``BatchFailed``: the server's
+fault, not charged) and never the worker thread, which goes on to the next batch.
 
 On a multi-task model each request names its head (``task``): requests for different tasks may be collected
 together, but each task's requests run as their own forward pass through their own head, and a failure is looked for
@@ -34,6 +36,10 @@ class Job:
 
 class QueueFull(Exception):
     """More texts are waiting than the server accepts; the client should retry shortly."""
+
+
+class BatchFailed(Exception):
+    """The server failed while answering this request's batch (not the request's input): retry shortly."""
 
 
 class Batcher:
@@ -71,7 +77,8 @@ class Batcher:
         deadline = first.enqueued + self.max_wait
         while n < self.max_batch:
             try:
-                job = self.jobs.get(timeout=max(0.0, deadline - time.monotonic()))
+                wait = min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
+                job = self.jobs.get(timeout=wait)
             except queue.Empty:
                 break
             if job is None:
@@ -88,8 +95,18 @@ class Batcher:
             job = carry or self.jobs.get()
             if job is None:
                 return
-            batch, carry, closed = self._collect(job)
-            self._answer(batch)
+            batch, carry, closed, counted = [job], None, False, False
+            try:
+                batch, carry, closed = self._collect(job)
+                counted = True  # _answer takes the batch off the queue count first
+                self._answer(batch)
+            except Exception as e:  # this batch fails; the thread lives on for the next one
+                if not counted:
+                    with self.lock:
+                        self.waiting -= len(job.encs)
+                failed = BatchFailed(f"the server failed on this batch ({type(e).__name__}): retry shortly")
+                for j in batch:
+                    _reply(j, None, failed)
             if closed:
                 return
 
@@ -133,7 +150,10 @@ def _as_input_error(e: Exception) -> InputError:
 
 
 def _reply(job: Job, result, error) -> None:
-    job.loop.call_soon_threadsafe(_set, job.future, result, error)
+    try:
+        job.loop.call_soon_threadsafe(_set, job.future, result, error)
+    except RuntimeError:  # the request's event loop is closed: nobody is waiting for this answer
+        pass
 
 
 def _set(fut: asyncio.Future, result, error) -> None:

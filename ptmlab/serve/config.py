@@ -10,11 +10,27 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.serve.policy import parse_policy
 
 DETECTOR_ACTIONS = ("record", "throttle", "block")
+UPPER_BOUNDS = {"max_batch": 4096, "max_wait_ms": 10_000, "max_texts": 10_000, "max_chars": 1_000_000,
+                "max_body": 100_000_000, "timeout": 3600, "state_timeout": 600, "max_queue": 1_000_000,
+                "detector_min_queries": 1_000_000, "max_length": 1_000_000, "chunk": 4096}
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only (127.0.0.0/8, ::1 or localhost)."""
+    import ipaddress
+
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass
 class ServeConfig:
-    host: str = opt("127.0.0.1", "address to bind (loopback by default)")
+    host: str = opt("127.0.0.1", "address to bind (loopback by default; any other address is reachable from other "
+                                 "machines and warned about; 0.0.0.0 or :: for every interface)")
     port: int = opt(8000, "port to listen on")
     state: str = opt("", "state store: a directory for SQLite (default $PTMLAB_HOME) or postgresql://USER@HOST:PORT/DB "
                          "shared by several replicas (or set PTMLAB_STATE)")
@@ -37,6 +53,10 @@ class ServeConfig:
                              "positions)")
     precision: str = opt("auto", "forward passes in auto (bf16 where this CPU/GPU runs bf16 fast, else fp32), bf16 "
                                  "or fp32")
+    public_metrics: bool = opt(False, "show /metrics and the full /healthz (model path, state, detector, precision) "
+                                      "without a key (off: /metrics needs a key, /healthz shows status and labels)")
+    trust_pickle: bool = opt(False, "load RUN_DIR's pickle checkpoint (pytorch_model.bin) when it has no safetensors: "
+                                    "only for a folder you trust (unpickling can run code)")
     chunk: int = opt(8, "run a batch as length-sorted chunks of this many texts, so short texts are not padded to "
                         "the longest (0: one chunk)")
 
@@ -51,6 +71,12 @@ class ServeConfig:
         if self.max_wait_ms < 0 or self.timeout <= 0 or self.state_timeout <= 0:
             raise PtmlabError(f"--max-wait-ms must be >= 0, --timeout and --state-timeout > 0 (got "
                               f"{self.max_wait_ms}, {self.timeout}, {self.state_timeout})")
+        for name, top in UPPER_BOUNDS.items():  # larger values overflow timers, SQLite integers or memory
+            if getattr(self, name) > top:
+                raise PtmlabError(f"--{name.replace('_', '-')} must be at most {top:g}, got {getattr(self, name):g}")
+        if not self.host.strip():
+            raise PtmlabError("--host is empty, which would listen on every interface: pass --host 127.0.0.1, or "
+                              "--host 0.0.0.0 to listen on every interface on purpose")
         if not 0 <= self.watermark_rate <= 0.5:
             raise PtmlabError(f"--watermark-rate must be in [0, 0.5], got {self.watermark_rate}")
         if self.detector_action not in DETECTOR_ACTIONS:

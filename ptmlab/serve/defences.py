@@ -11,20 +11,22 @@ import json
 from pathlib import Path
 
 from ptmlab.core.errors import PtmlabError
-from ptmlab.serve.state import Store, WatermarkRow, text_hash
+from ptmlab.serve.state import Store, WatermarkRow, printable_name, text_hash
+
+MAX_LAST = 10**9  # queries per key a report reads (SQLite's LIMIT takes at most 2**63)
 
 
 def flag_keys(store: Store, threshold: float = 0.5, last: int = 1000, min_queries: int = 20) -> list[dict]:
     """Per key: how many of its newest ``last`` queries were scored, their mean score, and whether it is flagged."""
     if not 0 < threshold < 1:
         raise PtmlabError(f"--threshold must be in (0, 1), got {threshold}")
-    if last < 1 or min_queries < 1:
-        raise PtmlabError(f"--last and --min-queries must be >= 1, got {last}, {min_queries}")
+    if not (1 <= last <= MAX_LAST and 1 <= min_queries <= MAX_LAST):
+        raise PtmlabError(f"--last and --min-queries must be in 1..{MAX_LAST:g}, got {last:.6g}, {min_queries:.6g}")
     rows = []
     for k in store.list_keys():
         scores = store.audit_scores(k.id, last)
         mean = sum(scores) / len(scores) if scores else 0.0
-        rows.append({"key_id": k.id, "name": k.name, "scored": len(scores), "mean_score": mean,
+        rows.append({"key_id": k.id, "name": printable_name(k.name), "scored": len(scores), "mean_score": mean,
                      "flagged": len(scores) >= min_queries and mean > threshold})
     return rows
 
@@ -62,6 +64,7 @@ def verify_watermark(model_dir: str, store: Store, texts: list[str], pairs: list
 
     if not 0 < alpha < 1:
         raise PtmlabError(f"--alpha must be in (0, 1), got {alpha}")
+    suspect = Predictor(model_dir)  # first: a folder that cannot be loaded (or only unpickled) is named at once
     records: dict[str, WatermarkRow] = {r.query_hash: r for r in store.watermarks(key_id)}
     found: list[tuple[int, WatermarkRow]] = []
     seen = set()
@@ -77,7 +80,6 @@ def verify_watermark(model_dir: str, store: Store, texts: list[str], pairs: list
                           f"{len(texts)} given are recorded{' for this key' if key_id is not None else ''}: serve "
                           f"with --watermark-rate > 0 and pass the queries the suspect was trained on (--queries)"
                           f"{'' if task else '; a multi-task server records each head apart: name it (--head)'}")
-    suspect = Predictor(model_dir)
     head = task if suspect.info.tasks else None  # a single-task copy has one answer to give
 
     def labels(rows: list[tuple[int, WatermarkRow]]) -> list[int]:

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from ptmlab.core.errors import PtmlabError
+from ptmlab.serve.excerpt import excerpt
 
 
 class InputError(Exception):
@@ -76,17 +77,19 @@ class Predictor:
         self.lock = threading.Lock()  # a fast tokenizer must not be called from two threads at once
         self.head_lock = threading.Lock()  # a multi-task model's active head is state: one pass at a time
         config = self.model.config
-        heads = tuple(_task_info(t) for t in model_tasks(self.model))
+        heads = tuple(_task_info(t, path) for t in model_tasks(self.model))
         if not heads and (getattr(config, "problem_type", None) == "regression" or config.num_labels < 2):
             raise PtmlabError(f"model '{model_dir}' is a regression model: serving supports classifiers (and the "
                               f"regression heads of multi-task runs) only")
         positions = usable_positions(config)
-        length = int(max_length or cfg.get("max_length") or 128)
+        length = max_length or _run_max_length(cfg, path)
         if positions and length > positions:
             raise PtmlabError(f"--max-length {length} exceeds the {positions} positions of model '{model_dir}': pass "
                               f"--max-length {positions} or less")
-        id2label = config.id2label
-        labels, task = [str(id2label[i]) for i in range(len(id2label))], cfg.get("task")
+        labels, task = _labels(config, path), cfg.get("task")
+        if task is not None and not isinstance(task, str):
+            raise PtmlabError(f"'{path / 'config.yaml'}' names task {excerpt(task)!r}, not a task name: restore the "
+                              f"run's config.yaml")
         if heads:  # the default head answers requests that name no task
             labels, task = heads[0].labels, heads[0].name
         self.info = ModelInfo(str(path), labels, _is_pair(task), length, task,
@@ -101,12 +104,12 @@ class Predictor:
             if task is None:
                 return self.info.tasks[0]
             if task not in heads:
-                raise PtmlabError(f"unknown task '{task}': this model has a head for each of {', '.join(heads)}: "
-                                  f"send one of them as 'task'")
+                raise PtmlabError(f"unknown task '{excerpt(task)}': this model has a head for each of "
+                                  f"{', '.join(heads)}: send one of them as 'task'")
             return heads[task]
         if task is not None and task != self.info.task:
             served = f"task '{self.info.task}'" if self.info.task else "a model without a task name"
-            raise PtmlabError(f"unknown task '{task}': this model serves {served} only (known tasks: "
+            raise PtmlabError(f"unknown task '{excerpt(task)}': this model serves {served} only (known tasks: "
                               f"{self.info.task or 'none'}): drop 'task'")
         return None
 
@@ -203,11 +206,39 @@ def _run_config(path: Path) -> dict:
     return cfg
 
 
-def _task_info(entry: dict) -> TaskInfo:
+def _run_max_length(cfg: dict, path: Path) -> int:
+    """The run's ``max_length`` (128 when it records none), checked at start: a bad one would fail every request."""
+    value = cfg.get("max_length") or 128
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PtmlabError(f"'{path / 'config.yaml'}' sets max_length {excerpt(value)!r}: it must be a whole number "
+                          f">= 1; fix the run's config.yaml or pass --max-length N")
+    return value
+
+
+def _labels(config, path: Path) -> list[str]:
+    """Class names by class id; the saved ``id2label`` must number the classes 0..num_labels-1."""
+    id2label = getattr(config, "id2label", None) or {}
+    try:
+        ids = sorted(int(i) for i in id2label)
+    except (TypeError, ValueError):
+        ids = None
+    if ids != list(range(len(id2label))) or len(ids) != config.num_labels:
+        raise PtmlabError(f"'{path / 'config.json'}' numbers its labels {excerpt(sorted(map(str, id2label)))}, not "
+                          f"0..{config.num_labels - 1}: the model's config is inconsistent")
+    return [str(id2label[i]) for i in range(len(id2label))]
+
+
+def _task_info(entry: dict, path: Path) -> TaskInfo:
     """A head as the ``multitask_heads`` modification recorded it (labels fall back to class numbers)."""
-    n, kind = int(entry["num_labels"]), str(entry["kind"])
-    labels = [] if kind == "regression" else [str(x) for x in entry.get("labels") or range(n)]
-    return TaskInfo(str(entry["name"]), kind, labels, _is_pair(entry["name"]))
+    try:
+        n, kind, name = int(entry["num_labels"]), str(entry["kind"]), entry["name"]
+        if not isinstance(name, str) or n < 1 or kind not in ("classification", "regression"):
+            raise ValueError
+        labels = [] if kind == "regression" else [str(x) for x in entry.get("labels") or range(n)]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise PtmlabError(f"'{path / 'config.json'}' records a task head {excerpt(entry)} that ptmlab did not write: "
+                          f"the model's config is inconsistent") from None
+    return TaskInfo(name, kind, labels, _is_pair(name))
 
 
 def _is_pair(task: str | None) -> bool | None:

@@ -31,8 +31,9 @@ from ptmlab.core.errors import PtmlabError
 KEY_PREFIX = "ptm_"
 
 
-class StoreBusy(Exception):
-    """The state store is locked or unreachable for longer than its busy timeout: answer 503, retry shortly."""
+class StoreBusy(PtmlabError):
+    """The state store is locked or unreachable for longer than its busy timeout: the server answers 503 with
+    Retry-After; the CLI prints the one line of any ``PtmlabError`` (exit 2) saying to retry."""
 
 
 def state_home() -> Path:
@@ -105,10 +106,38 @@ class Admission:
     flagged: bool = False
 
 
+MAX_RATE = 1e9  # texts per second, and texts a bucket holds
+MAX_BUDGET = 10**15  # texts per day (SQLite and PostgreSQL integers hold 2**63)
+MAX_NAME = 64
+
+
 def check_limits(rate: float, burst: float, daily_budget: int) -> None:
     if not (math.isfinite(rate) and math.isfinite(burst)) or rate <= 0 or burst < 1 or daily_budget < 1:
-        raise PtmlabError(f"limits must be finite and positive (rate {rate}, burst {burst}, daily budget "
-                          f"{daily_budget}): pass --rate > 0, --burst >= 1, --daily-budget >= 1")
+        raise PtmlabError(f"limits must be finite and positive (rate {rate:.6g}, burst {burst:.6g}, daily budget "
+                          f"{daily_budget:.6g}): pass --rate > 0, --burst >= 1, --daily-budget >= 1")
+    if rate > MAX_RATE or burst > MAX_RATE or daily_budget > MAX_BUDGET:
+        raise PtmlabError(f"limits too large (rate {rate:.6g}, burst {burst:.6g}, daily budget {daily_budget:.6g}): "
+                          f"pass --rate and --burst <= {MAX_RATE:g}, --daily-budget <= {MAX_BUDGET:g}")
+
+
+def check_name(name: str) -> str:
+    """A key name as stored: stripped, printable (no escape sequences or line breaks), at most ``MAX_NAME`` long."""
+    from ptmlab.serve.excerpt import excerpt
+
+    name = (name or "").strip()
+    if not name:
+        raise PtmlabError("key name is empty: pass --name NAME")
+    if not name.isprintable() or any(0xD800 <= ord(c) <= 0xDFFF for c in name) or len(name) > MAX_NAME:
+        raise PtmlabError(f"key name '{excerpt(name)}' must be at most {MAX_NAME} printable characters (no control "
+                          f"codes or line breaks): pass another --name")
+    return name
+
+
+def printable_name(name: str) -> str:
+    """A stored key name as it may be printed (names stored before names were checked are escaped)."""
+    from ptmlab.serve.excerpt import excerpt
+
+    return excerpt(name, MAX_NAME)
 
 
 class Store:
@@ -170,13 +199,12 @@ class Store:
     # -- keys -------------------------------------------------------------------------------------------------------
     def create_key(self, name: str, rate: float = 50.0, burst: float = 100.0, daily_budget: int = 100_000) -> str:
         """A new key (returned once, never stored in clear)."""
-        if not name or not name.strip():
-            raise PtmlabError("key name is empty: pass --name NAME")
+        name = check_name(name)
         check_limits(rate, burst, daily_budget)
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         self._write(lambda cur: self._x(cur, "INSERT INTO keys (name, key_hash, created, rate, burst, daily_budget) "
                                              "VALUES (?, ?, ?, ?, ?, ?)",
-                                        (name.strip(), hash_key(key), time.time(), rate, burst, daily_budget)))
+                                        (name, hash_key(key), time.time(), rate, burst, daily_budget)))
         return key
 
     _KEY_COLS = "id, name, created, revoked, rate, burst, daily_budget"
@@ -196,10 +224,14 @@ class Store:
         keys = self.list_keys()
         hits = [k for k in keys if str(k.id) == ref or k.name == ref]
         if not hits:
-            names = ", ".join(f"{k.id}:{k.name}" for k in keys) or "none exist"
-            raise PtmlabError(f"no key with id or name '{ref}' (keys: {names}): see `ptmlab keys list`")
+            from ptmlab.serve.excerpt import excerpt
+
+            names = ", ".join(f"{k.id}:{printable_name(k.name)}" for k in keys[:20]) or "none exist"
+            more = ", ..." if len(keys) > 20 else ""
+            raise PtmlabError(f"no key with id or name '{excerpt(ref)}' (keys: {names}{more}): see `ptmlab keys list`")
         if len(hits) > 1:
-            raise PtmlabError(f"several keys are named '{ref}': pass the key id instead (see `ptmlab keys list`)")
+            raise PtmlabError(f"several keys are named '{printable_name(ref)}': pass the key id instead (see "
+                              f"`ptmlab keys list`)")
         return hits[0]
 
     def revoke(self, key_id: int) -> None:

@@ -11,6 +11,7 @@ import threading
 from urllib.parse import urlsplit, urlunsplit
 
 from ptmlab.core.errors import PtmlabError
+from ptmlab.serve.excerpt import excerpt
 from ptmlab.serve.state import Store, StoreBusy
 
 SCHEMA = [
@@ -51,7 +52,11 @@ class PostgresStore(Store):
             raise PtmlabError("--state postgresql://... needs psycopg: pip install 'ptmlab[serve]'") from None
         self.psycopg = psycopg
         self.dsn = dsn
-        self.where = _printable(dsn)
+        try:
+            self.where = excerpt(_printable(dsn), 200)
+        except ValueError as e:  # a bracket left open, a port that is not a number, ...
+            raise PtmlabError(f"--state is not a valid postgresql:// URL ({e}): pass "
+                              f"postgresql://USER@HOST:PORT/DB") from None
         self.busy_timeout = busy_timeout
         self.local = threading.local()
         self.conns: list = []
@@ -65,7 +70,7 @@ class PostgresStore(Store):
                         cur.execute(stmt)
                 finally:
                     cur.execute("SELECT pg_advisory_unlock(%s)", (SCHEMA_LOCK,))
-        except (psycopg.Error, StoreBusy) as e:
+        except (psycopg.Error, StoreBusy, ValueError) as e:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise PtmlabError(f"cannot open the PostgreSQL state at {self.where} ({msg}): check --state or "
                               f"PTMLAB_STATE") from None
@@ -81,7 +86,8 @@ class PostgresStore(Store):
                                             options=f"-c lock_timeout={ms} -c statement_timeout={ms * 2}")
             except self.psycopg.OperationalError as e:
                 why = str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__
-                raise StoreBusy(f"the PostgreSQL state at {self.where} is unreachable ({why})") from None
+                raise StoreBusy(f"the PostgreSQL state at {self.where} is unreachable ({why}): retry in a moment") \
+                    from None
             self.local.conn = conn
             with self.conns_lock:
                 self.conns.append(conn)
@@ -103,10 +109,11 @@ class PostgresStore(Store):
         errors = self.psycopg.errors
         if isinstance(e, errors.LockNotAvailable | errors.QueryCanceled | errors.SerializationFailure |
                       errors.DeadlockDetected):
-            return StoreBusy(f"the PostgreSQL state at {self.where} is locked ({type(e).__name__})")
+            return StoreBusy(f"the PostgreSQL state at {self.where} is locked ({type(e).__name__}): retry in a moment")
         if isinstance(e, self.psycopg.OperationalError | self.psycopg.InterfaceError):
             self.local.conn = None
-            return StoreBusy(f"the PostgreSQL state at {self.where} is unreachable ({type(e).__name__})")
+            return StoreBusy(f"the PostgreSQL state at {self.where} is unreachable ({type(e).__name__}): retry in a "
+                             f"moment")
         return None
 
     def close(self) -> None:

@@ -1,5 +1,7 @@
 """The embedded state store: one SQLite file (WAL) under ``$PTMLAB_HOME`` or ``--state DIR``, readable by its owner
-only (the file holds key hashes, usage and the watermark secret).
+only (the file holds key hashes, usage and the watermark secret). A state folder that other users can write to is
+refused (they could swap the files), and the state files are opened without following symlinks: a ``state.db``
+that links elsewhere is refused, never read or chmod-ed through.
 
 Each thread has its own connection, so reads (key look-ups, usage) never wait for a writer; writers wait at most
 ``busy_timeout`` seconds for the write lock and then raise ``StoreBusy``.
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import threading
 from pathlib import Path
 
@@ -49,17 +52,40 @@ class SqliteStore(Store):
         self.conns_lock = threading.Lock()
         try:
             self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
-            for p in (self.path, self.path.with_name("state.db-wal"), self.path.with_name("state.db-shm")):
-                if p.exists():
-                    os.chmod(p, 0o600)  # older state files were created world-readable
+            self._check_files()
             db = self._conn()
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(SCHEMA)
             self._migrate(db)
-        except (OSError, sqlite3.Error) as e:
+        except (OSError, sqlite3.Error, ValueError) as e:
             raise PtmlabError(f"cannot open the state database under '{self.home}' ({e}): pass --state DIR (or set "
                               f"PTMLAB_HOME) to a writable directory") from None
+
+    def _check_files(self) -> None:
+        """Refuse a folder others can write to and state files that are links; make the files owner-only."""
+        home = os.stat(self.home)
+        if home.st_mode & 0o022 or home.st_uid != os.geteuid():
+            raise PtmlabError(f"the state folder '{self.home}' can be written by other users (mode "
+                              f"{stat.S_IMODE(home.st_mode):o}, owner uid {home.st_uid}): pass --state DIR (or "
+                              f"PTMLAB_HOME) to a folder only you can write, e.g. after chmod 700")
+        for p in (self.path, self.path.with_name("state.db-wal"), self.path.with_name("state.db-shm")):
+            flags = os.O_RDWR | os.O_NOFOLLOW | (os.O_CREAT if p == self.path else 0)
+            try:
+                fd = os.open(p, flags, 0o600)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                if os.path.islink(p):
+                    raise PtmlabError(f"the state file '{p}' is a symbolic link: the state is never opened through a "
+                                      f"link; remove it or pass another --state DIR") from None
+                raise
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise PtmlabError(f"the state file '{p}' is not a regular file: remove it or pass another "
+                                      f"--state DIR")
+                os.fchmod(fd, 0o600)  # older state files were created world-readable
+            finally:
+                os.close(fd)
 
     def _conn(self) -> sqlite3.Connection:
         db = getattr(self.local, "db", None)
@@ -81,7 +107,7 @@ class SqliteStore(Store):
 
     def _translate(self, e: Exception) -> Exception | None:
         if isinstance(e, sqlite3.OperationalError) and ("locked" in str(e) or "busy" in str(e)):
-            return StoreBusy(f"the state database {self.path} is locked by another writer")
+            return StoreBusy(f"the state database {self.path} is locked by another writer: retry in a moment")
         return None
 
     def _migrate(self, db: sqlite3.Connection) -> None:
