@@ -28,6 +28,8 @@ def register(sub) -> None:
     p = sub.add_parser("evaluate", help="evaluate a run directory or model on a task")
     p.add_argument("model", metavar="RUN_DIR_OR_MODEL")
     p.add_argument("--config", help="YAML file with options")
+    p.add_argument("--trust-pickle", action="store_true", help="load the model's pickle checkpoint "
+                   "(pytorch_model.bin) when it has no safetensors: only for a folder you trust")
     add_config_args(p, EvaluateConfig)
     p.set_defaults(func=run)
 
@@ -46,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
     from ptmlab.train.multitask import evaluate_tasks, recorded_tasks
 
     configure_threads()
+    if args.trust_pickle:
+        from ptmlab.models.loader import trust_pickle
+
+        trust_pickle(args.model)
     cfg = resolve_config(EvaluateConfig, args, args.config)
     if recorded_tasks(args.model):  # a multi-task run: --task picks a head, none scores every head
         result = evaluate_tasks(args.model, cfg, [cfg.task] if "task" in vars(args) else None)

@@ -18,6 +18,28 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.core.registry import Registry
 
 MODIFIERS: Registry = Registry("model modification")
+PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.pickle")
+_TRUSTED_PICKLE: set[Path] = set()  # folders the user marked trusted (``--trust-pickle``) in this process
+
+
+def trust_pickle(path: str | Path) -> None:
+    """Let this process load the pickle checkpoint of the folder ``path`` (the user passed ``--trust-pickle``)."""
+    _TRUSTED_PICKLE.add(Path(path).expanduser().resolve())
+
+
+def refuse_pickle(path: str | Path) -> None:
+    """A folder whose only weights are pickles (``pytorch_model.bin``, ``*.pt``, ...) is refused unless trusted:
+    unpickling runs whatever code the file holds. Safetensors weights, when present, are what loads."""
+    p = Path(path).expanduser()
+    if not p.is_dir() or p.resolve() in _TRUSTED_PICKLE:
+        return
+    if any(f.name not in ("optimizer.safetensors", "rng.safetensors") for f in p.glob("*.safetensors")):
+        return
+    pickles = sorted(f.name for pattern in PICKLE_WEIGHTS for f in p.glob(pattern) if f.name != "training_args.bin")
+    if pickles:
+        raise PtmlabError(f"'{path}' holds only pickle weights ({pickles[0]}), which can run code when loaded: "
+                          f"convert them to safetensors where you trust them, or pass --trust-pickle if you trust "
+                          f"this folder")
 
 
 def record_modification(model, kind: str, **params) -> None:
@@ -77,6 +99,7 @@ def load_from_dir(path: str, overrides: dict, task_head: bool = True, attn_imple
         config = AutoConfig.from_pretrained(path, **overrides)
     except Exception as e:
         raise PtmlabError(f"cannot read the model config in '{path}': {e}") from None
+    refuse_pickle(path)
     mods = getattr(config, "ptmlab_modifications", None)
     cls = _model_class(task_head)
     attn = attn_implementation
