@@ -65,7 +65,10 @@ def _key(tokenizer, split: Split, max_length: int) -> str:
 
 
 def encode_split(tokenizer, split: Split, max_length: int, use_cache: bool = True) -> Encoded:
-    """Token ids for every example (truncated to max_length), read from the cache when present."""
+    """Token ids for every example (truncated to max_length), read from the cache when present. A split that
+    encodes itself (tagged sentences, questions with contexts: ``data/tokens.py``, ``data/qa.py``) does so."""
+    if hasattr(split, "encode"):
+        return split.encode(tokenizer, max_length)
     key = _key(tokenizer, split, max_length)
     path = cache_dir() / f"{key}.safetensors"
     ids = tt = None

@@ -20,7 +20,7 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.data import sources as _sources
 from ptmlab.data.labels import LABEL_KINDS, resolve_label_kind
 from ptmlab.data.sources import Table, source_tables
-from ptmlab.data.tasks import TASKS, TaskSpec
+from ptmlab.data.tasks import SPAN_KINDS, TASKS, TaskSpec
 
 DEFAULT_GLUE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "glue"
 TWEETS_SPLIT_SEED = 20211  # fixed: the tweets split never changes with the training seed
@@ -250,9 +250,14 @@ def load_source(source, name: str = "custom", text_col: str = "text", pair_col: 
 def load_task(task: str, glue_dir: str | None = None, train_file: str | None = None, dev_file: str | None = None,
               test_file: str | None = None, text_col: str = "text", text_pair_col: str | None = None,
               label_col: str = "label", label_kind: str = "auto", train_split: str = "train",
-              eval_split: str | None = None) -> TaskData:
+              eval_split: str | None = None, task_kind: str | None = None) -> TaskData:
     """The one entry point for named data: a registered task name, files, ``hf:NAME[:CONFIG]``, or a data file /
-    ``save_to_disk`` directory given as the task."""
+    ``save_to_disk`` directory given as the task. ``task_kind`` token-classification or extractive-qa reads the
+    files as tagged sentences (``data/tokens.py``) or questions with contexts (``data/qa.py``)."""
+    span = task_kind if task_kind in SPAN_KINDS else TASKS.get(task).kind if task in TASKS else None
+    if span in SPAN_KINDS:
+        return load_span_task(span, task, {"train": train_file, "dev": dev_file, "test": test_file}, text_col,
+                              label_col)
     if train_file or ((dev_file or test_file) and task not in TASKS):
         return load_files(task if task not in TASKS else "custom",
                           {"train": train_file, "dev": dev_file, "test": test_file},
@@ -265,6 +270,26 @@ def load_task(task: str, glue_dir: str | None = None, train_file: str | None = N
     if spec.name == "longdocs":
         return load_longdocs(spec)
     return load_glue(spec, glue_dir)
+
+
+def load_span_task(kind: str, task: str, files: dict, text_col=None, label_col=None, source=None) -> TaskData:
+    """A token classification or extractive QA task: the built-in conll2003 / squad, files, or ``source`` (an
+    object in memory: a Dataset or DataFrame trains, a DatasetDict or dict of splits names its splits)."""
+    from ptmlab.data import qa, tokens
+
+    if source is not None:
+        kind_of = getattr(source, "keys", None)
+        files = dict(source) if kind_of is not None and type(source).__name__ != "DataFrame" else {"train": source}
+        files = {("dev" if s in _sources.EVAL_SPLIT_NAMES else s): v for s, v in files.items()}
+    elif task in TASKS and not any(files.values()):
+        spec = TASKS.get(task)
+        if spec.kind != kind:
+            raise PtmlabError(f"task '{task}' is {spec.kind}, not {kind}: drop --task-kind or pass files")
+        return tokens.load_conll2003(spec) if spec.name == "conll2003" else qa.load_squad(spec)
+    name = task if task not in TASKS else "custom"
+    if kind == tokens.KIND:
+        return tokens.load_token_task(name, files, text_col, label_col)
+    return qa.load_qa_task(name, files)
 
 
 def subset(split: Split, n: int | None, seed: int) -> Split:

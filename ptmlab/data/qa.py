@@ -34,6 +34,8 @@ class QASplit:
     contexts: list[str]
     answers: list[list[tuple[str, int]]] | None = None
     ids: list = field(default_factory=list)
+    doc_stride: int = 128  # how encode() windows long contexts (--doc-stride)
+    window: int | None = None  # tokens per window when set (else the max_length encode() is given)
 
     def __len__(self) -> int:
         return len(self.questions)
@@ -41,7 +43,12 @@ class QASplit:
     def select(self, idx: list[int]) -> QASplit:
         return QASplit([self.questions[i] for i in idx], [self.contexts[i] for i in idx],
                        [self.answers[i] for i in idx] if self.answers is not None else None,
-                       [self.ids[i] for i in idx] if self.ids else [])
+                       [self.ids[i] for i in idx] if self.ids else [], self.doc_stride, self.window)
+
+    def encode(self, tokenizer, max_length: int) -> QAFeatures:
+        """What ``data.encode.encode_split`` returns for this split: windows, labelled where answers are known."""
+        return qa_features(tokenizer, self, self.window or max_length, self.doc_stride,
+                           train=self.answers is not None)
 
 
 # ------------------------------------------------------------------------------------------------------ readers
@@ -192,6 +199,7 @@ class QAFeatures:
     start_positions: list[int] | None = None
     end_positions: list[int] | None = None
     pad_id: int = 0
+    split: QASplit | None = None  # the examples (contexts, gold answers) the windows came from
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -239,7 +247,7 @@ def qa_features(tokenizer, split: QASplit, max_length: int = 384, doc_stride: in
                           "that has tokenizer.json")
     pad = tokenizer.pad_token_id or 0
     if not len(split):
-        return QAFeatures([], None, [], [], [] if train else None, [] if train else None, pad)
+        return QAFeatures([], None, [], [], [] if train else None, [] if train else None, pad, split)
     q_lens = [len(x) for x in tokenizer(split.questions, add_special_tokens=False)["input_ids"]]
     for i, n in enumerate(q_lens):
         check_window(n, max_length, doc_stride, f"{where}: question {split.ids[i] if split.ids else i}")
@@ -252,7 +260,7 @@ def qa_features(tokenizer, split: QASplit, max_length: int = 384, doc_stride: in
         seq = enc.sequence_ids(f)
         offsets.append([tuple(o) if s == 1 else None for o, s in zip(enc["offset_mapping"][f], seq, strict=True)])
     tt = [list(x) for x in enc["token_type_ids"]] if "token_type_ids" in enc else None
-    feats = QAFeatures([list(x) for x in enc["input_ids"]], tt, offsets, example, pad_id=pad)
+    feats = QAFeatures([list(x) for x in enc["input_ids"]], tt, offsets, example, pad_id=pad, split=split)
     if train:
         if split.answers is None:
             raise PtmlabError(f"{where} has no answers: training needs them")
@@ -346,3 +354,50 @@ def best_answers(split: QASplit, feats: QAFeatures, start_logits, end_logits, n_
         score, cs, ce = cands[0]
         out.append(Answer(context[cs:ce], cs, ce, score, float(probs[0])))
     return out
+
+
+# ------------------------------------------------------------------------------------------------------ the task
+KIND = "extractive-qa"
+METRICS = ("f1", "exact_match")  # SQuAD's official pair, F1 first (the number that picks the best step)
+DEFAULT_MAX_LENGTH = 384  # question + context window, as BERT's SQuAD recipe (used when --max-length is left alone)
+SQUAD_FILES = {"train": "train-v1.1.reconstructed.json.gz", "dev": "dev-v1.1.reconstructed.json.gz"}
+
+
+def squad_dir() -> Path | None:
+    """The shared SQuAD v1.1 copy (PTMLAB_SQUAD_DIR, else ../shared/data/qa/squad-v1.1), or None."""
+    import os
+
+    env = os.environ.get("PTMLAB_SQUAD_DIR")
+    here = Path(__file__).resolve().parents[3] / "shared" / "data" / "qa" / "squad-v1.1"
+    for cand in ([Path(env)] if env else []) + [Path.cwd().parent / "shared/data/qa/squad-v1.1", here]:
+        if (cand / SQUAD_FILES["dev"]).is_file():
+            return cand
+    return None
+
+
+def load_qa_task(name: str, sources: dict):
+    """``TaskData`` of an extractive QA task: one source per split (SQuAD JSON, a table file or an object); the
+    test split may come without answers."""
+    from ptmlab.data.loaders import TaskData
+    from ptmlab.data.tasks import TaskSpec
+
+    splits = {s: read_qa_source(src, labelled=None if s == "test" else True) for s, src in sources.items()
+              if src is not None}
+    if not splits:
+        raise PtmlabError("an extractive QA task needs --train-file (or --dev-file to evaluate): SQuAD JSON, or "
+                          "jsonl/csv/parquet with question, context and answers")
+    spec = TaskSpec(name, KIND, (), METRICS, text_col="question", pair_col="context", label_col="answers",
+                    id_col="id", description="extractive question answering",
+                    extra={"max_length": DEFAULT_MAX_LENGTH})
+    return TaskData(spec, splits)
+
+
+def load_squad(spec):
+    folder = squad_dir()
+    if folder is None:
+        raise PtmlabError("task 'squad' reads ../shared/data/qa/squad-v1.1 (train- and dev-v1.1.reconstructed"
+                          ".json.gz), which is not here: set PTMLAB_SQUAD_DIR or pass --task-kind extractive-qa "
+                          "--train-file ... --dev-file ...")
+    data = load_qa_task(spec.name, {s: folder / f for s, f in SQUAD_FILES.items()})
+    data.spec = spec
+    return data

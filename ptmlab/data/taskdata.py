@@ -10,7 +10,8 @@ from __future__ import annotations
 import random
 
 from ptmlab.core.errors import PtmlabError
-from ptmlab.data.loaders import TaskData, load_source, load_task, subset
+from ptmlab.data.loaders import TaskData, load_source, load_span_task, load_task, subset
+from ptmlab.data.tasks import SPAN_KINDS
 
 
 def load_task_data(cfg, *, need_train: bool = True, source=None) -> TaskData:
@@ -18,12 +19,15 @@ def load_task_data(cfg, *, need_train: bool = True, source=None) -> TaskData:
     ``source``: data in memory (a Dataset, DatasetDict, DataFrame, list of dicts; ``load_source``) read with
     ``cfg``'s columns, label kind and splits instead of what ``cfg.task`` names."""
     splits = dict(train_split=getattr(cfg, "train_split", "train"), eval_split=getattr(cfg, "eval_split", None))
-    if source is not None:
+    kind = getattr(cfg, "task_kind", None)
+    if source is not None and kind in SPAN_KINDS:
+        data = load_span_task(kind, cfg.task, {}, cfg.text_col, cfg.label_col, source=source)
+    elif source is not None:
         data = load_source(source, cfg.task, cfg.text_col, cfg.text_pair_col, cfg.label_col, cfg.label_kind,
                            **splits)
     else:
         data = load_task(cfg.task, cfg.glue_dir, cfg.train_file, cfg.dev_file, cfg.test_file, cfg.text_col,
-                         cfg.text_pair_col, cfg.label_col, cfg.label_kind, **splits)
+                         cfg.text_pair_col, cfg.label_col, cfg.label_kind, **splits, task_kind=kind)
     seed = getattr(cfg, "seed", 42)
     if need_train and "train" not in data.splits:
         raise PtmlabError(f"task '{cfg.task}' has no training data here: pass --train-file")
@@ -42,12 +46,31 @@ def load_task_data(cfg, *, need_train: bool = True, source=None) -> TaskData:
         if len(data.splits["train"]) == 0:
             raise PtmlabError("the training split is empty: check --max-train and the data files")
     data.splits["dev"] = subset(data.splits["dev"], cfg.max_eval, seed)  # the test split stays whole
+    if data.spec.kind in SPAN_KINDS:
+        span_options(data, cfg)
     return data
 
 
+def span_options(data: TaskData, cfg) -> None:
+    """How span-task splits encode: --label-all-subtokens, --doc-stride, and QA's 384-token windows when
+    --max-length is left at its default."""
+    import dataclasses
+
+    default = next((f.default for f in dataclasses.fields(cfg) if f.name == "max_length"), None) \
+        if dataclasses.is_dataclass(cfg) else None
+    window = data.spec.extra.get("max_length") if cfg.max_length == default else None
+    for split in data.splits.values():
+        if hasattr(split, "label_all_subtokens"):
+            split.label_all_subtokens = bool(getattr(cfg, "label_all_subtokens", False))
+        if hasattr(split, "doc_stride"):
+            split.doc_stride = getattr(cfg, "doc_stride", 128)
+            split.window = window
+
+
 def label_names(data: TaskData) -> list[str] | None:
-    """Class names of a classification task (None for regression)."""
+    """Class names of a classification task, tag names of a token classification task (None for regression and
+    extractive QA)."""
     spec = data.spec
-    if spec.kind == "regression":
+    if spec.kind in ("regression", "extractive-qa"):
         return None
     return list(spec.extra.get("label_names") or spec.labels)

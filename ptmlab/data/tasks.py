@@ -10,7 +10,7 @@ from ptmlab.core.registry import Registry
 @dataclass(frozen=True)
 class TaskSpec:
     name: str
-    kind: str  # "classification" or "regression"
+    kind: str  # "classification", "regression", "token-classification" or "extractive-qa"
     labels: tuple[str, ...] = ()  # label values as written in the data files, in id order
     metrics: tuple[str, ...] = ("accuracy",)
     glue_dir: str | None = None  # folder name inside a GLUE directory
@@ -24,6 +24,8 @@ class TaskSpec:
 
     @property
     def num_labels(self) -> int:
+        if self.kind == "extractive-qa":
+            return 2  # a start and an end logit per token
         return 1 if self.kind == "regression" else len(self.labels)
 
     @property
@@ -63,5 +65,15 @@ _add(TaskSpec("longdocs", "classification", ("austen-emma", "austen-persuasion",
                                            "shakespeare-macbeth", "whitman-leaves"), ("accuracy", "macro_f1"),
               text_col="text", label_col="book", id_col=None,
               description="built-in 13-way book of 2k-4k-token Gutenberg passages (long inputs), fixed split"))
+_add(TaskSpec("conll2003", "token-classification",
+              ("O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"),
+              ("entity_f1", "entity_precision", "entity_recall"), text_col="tokens", label_col="tags", id_col=None,
+              description="CoNLL-2003 English NER (../shared/data/ner/conll2003; dev testa, test testb; entity F1)"))
+_add(TaskSpec("squad", "extractive-qa", (), ("f1", "exact_match"), text_col="question", pair_col="context",
+              label_col="answers", id_col="id", extra={"max_length": 384},
+              description="SQuAD v1.1 extractive QA (../shared/data/qa/squad-v1.1; dev scored with EM/F1)"))
+
+SPAN_KINDS = ("token-classification", "extractive-qa")  # task kinds whose labels are not one per example
+TASK_KINDS = ("sentence", *SPAN_KINDS)  # --task-kind: sentence tasks take --label-kind for their label column
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "wnli")

@@ -37,13 +37,18 @@ class TokenSplit:
     tokens: list[list[str]]
     tags: list[list[int]] | None = None
     ids: list = field(default_factory=list)
+    label_all_subtokens: bool = False  # how encode() aligns labels (--label-all-subtokens)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def select(self, idx: list[int]) -> TokenSplit:
         return TokenSplit([self.tokens[i] for i in idx], [self.tags[i] for i in idx] if self.tags is not None
-                          else None, [self.ids[i] for i in idx] if self.ids else [])
+                          else None, [self.ids[i] for i in idx] if self.ids else [], self.label_all_subtokens)
+
+    def encode(self, tokenizer, max_length: int) -> TokenFeatures:
+        """What ``data.encode.encode_split`` returns for this split: sub-tokens with aligned labels."""
+        return encode_tokens(tokenizer, self, max_length, self.label_all_subtokens)
 
 
 @dataclass
@@ -303,6 +308,7 @@ class TokenFeatures:
     labels: list[list[int]] | None
     n_words: list[int]
     pad_id: int = 0
+    word_labels: list[list[int]] | None = None  # the gold tag id of every word (scoring reads these)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -359,7 +365,7 @@ def encode_tokens(tokenizer, split: TokenSplit, max_length: int, label_all_subto
     if split.tags is not None:
         labels = [align_labels(w, t, label_all_subtokens) for w, t in zip(word_ids, split.tags, strict=True)]
     return TokenFeatures(list(enc["input_ids"]), word_ids, labels, [len(t) for t in split.tokens],
-                         tokenizer.pad_token_id or 0)
+                         tokenizer.pad_token_id or 0, split.tags)
 
 
 def word_predictions(logits, word_ids: list[int | None], n_words: int) -> list[int]:
@@ -387,3 +393,59 @@ def word_scores(logits, word_ids: list[int | None], n_words: int):
             seen.add(w)
             out[w] = logits[pos]
     return out
+
+
+# ------------------------------------------------------------------------------------------------------ the task
+KIND = "token-classification"
+METRICS = ("entity_f1", "entity_precision", "entity_recall")
+CONLL2003_TAGS = ("O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER")
+CONLL2003_FILES = {"train": "eng.train.gz", "dev": "eng.testa.gz", "test": "eng.testb.gz"}
+
+
+def conll2003_dir() -> Path | None:
+    """The shared CoNLL-2003 copy (PTMLAB_CONLL2003_DIR, else ../shared/data/ner/conll2003), or None."""
+    import os
+
+    env = os.environ.get("PTMLAB_CONLL2003_DIR")
+    here = Path(__file__).resolve().parents[3] / "shared" / "data" / "ner" / "conll2003"
+    for cand in ([Path(env)] if env else []) + [Path.cwd().parent / "shared/data/ner/conll2003", here]:
+        if (cand / CONLL2003_FILES["train"]).is_file():
+            return cand
+    return None
+
+
+def load_token_task(name: str, sources: dict, text_col=None, label_col=None, labels: tuple[str, ...] | None = None,
+                    tag_scheme: str = "auto"):
+    """``TaskData`` of a token classification task: one source (file path or object) per split. The tag set comes
+    from ``labels`` or the training split (the dev split when only it is given); every other split must keep to
+    it. ``text_col``/``label_col``: a column position (CoNLL files) or name (tables); left at the defaults, the
+    first and last columns of a CoNLL file, or tokens and tags / ner_tags of a table."""
+    from ptmlab.data.loaders import TaskData
+    from ptmlab.data.tasks import TaskSpec
+
+    sentences = {s: normalise_tags(read_token_source(src, text_col, label_col), tag_scheme)
+                 for s, src in sources.items() if src is not None}
+    if not sentences:
+        raise PtmlabError("a token classification task needs --train-file (or --dev-file to evaluate): CoNLL "
+                          "columns, or jsonl/csv/parquet with token and tag lists")
+    ref = "train" if "train" in sentences else "dev" if "dev" in sentences else next(iter(sentences))
+    if labels is None:
+        if any(s.tags is None for s in sentences[ref]):
+            raise PtmlabError(f"the {ref} data has no tags: a token classification task needs them")
+        labels = tag_set(sentences[ref])
+        if len(labels) < 2:
+            raise PtmlabError(f"the {ref} data has no entity tags (only O): nothing to learn")
+    spec = TaskSpec(name, KIND, tuple(labels), METRICS, text_col="tokens", label_col="tags", id_col=None,
+                    description="token classification")
+    return TaskData(spec, {s: to_split(sents, spec.labels, ref) for s, sents in sentences.items()})
+
+
+def load_conll2003(spec):
+    folder = conll2003_dir()
+    if folder is None:
+        raise PtmlabError("task 'conll2003' reads ../shared/data/ner/conll2003 (eng.train.gz, eng.testa.gz, "
+                          "eng.testb.gz), which is not here: set PTMLAB_CONLL2003_DIR or pass --task-kind "
+                          "token-classification --train-file ... --dev-file ...")
+    data = load_token_task(spec.name, {s: folder / f for s, f in CONLL2003_FILES.items()}, labels=spec.labels)
+    data.spec = spec
+    return data

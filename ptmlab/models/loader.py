@@ -86,10 +86,22 @@ def apply_modifications(model, mods: list[dict]) -> None:
         _find_modifier(mod["kind"], mod.get("module"))(model, record=False, **params)
 
 
-def _model_class(task_head: bool):
-    from transformers import AutoModel, AutoModelForSequenceClassification
+HEADS = {"token-classification": "AutoModelForTokenClassification",  # task_head naming a task kind's head
+         "extractive-qa": "AutoModelForQuestionAnswering"}
+SAVED_HEADS = {"ForTokenClassification": "token-classification", "ForQuestionAnswering": "extractive-qa"}
 
-    return AutoModelForSequenceClassification if task_head else AutoModel
+
+def _model_class(task_head: bool | str, config=None):
+    """The transformers class: the bare encoder (False), a task kind's head (its name), or (True) the head the saved
+    config's architecture has (token classification, QA), sequence classification otherwise."""
+    import transformers
+
+    if task_head is True and config is not None:
+        arch = (getattr(config, "architectures", None) or [""])[0]
+        task_head = next((kind for suffix, kind in SAVED_HEADS.items() if arch.endswith(suffix)), True)
+    if isinstance(task_head, str):
+        return getattr(transformers, HEADS[task_head])
+    return transformers.AutoModelForSequenceClassification if task_head else transformers.AutoModel
 
 
 def load_from_dir(path: str, overrides: dict, task_head: bool = True, attn_implementation: str | None = None):
@@ -101,7 +113,7 @@ def load_from_dir(path: str, overrides: dict, task_head: bool = True, attn_imple
         raise PtmlabError(f"cannot read the model config in '{path}': {e}") from None
     refuse_pickle(path)
     mods = getattr(config, "ptmlab_modifications", None)
-    cls = _model_class(task_head)
+    cls = _model_class(task_head, config)
     attn = attn_implementation
     if not mods:
         try:

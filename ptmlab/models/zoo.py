@@ -99,8 +99,10 @@ def load_tokenizer(name: str):
 
 def load_model(name: str, num_labels: int | None = None, regression: bool = False,
                label_names: list[str] | None = None, attn_implementation: str | None = None,
-               task_head: bool = True, dropout: float | None = None, random_init: bool = False):
-    """A model for sequence classification/regression (or the bare encoder with ``task_head=False``).
+               task_head: bool | str = True, dropout: float | None = None, random_init: bool = False):
+    """A model for sequence classification/regression (or the bare encoder with ``task_head=False``; a token
+    classification or QA head with ``task_head="token-classification"`` / ``"extractive-qa"``; a saved model
+    directory keeps the head it was saved with).
 
     Zoo names and directories load their weights; ``tiny`` is built from its config with random weights;
     directories whose config records ptmlab modifications (adapters, pruning...) are rebuilt first.
@@ -126,13 +128,13 @@ def load_model(name: str, num_labels: int | None = None, regression: bool = Fals
             raise PtmlabError(f"--dropout must be in [0, 1), got {dropout}")
         kwargs.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, classifier_dropout=dropout)
     if random_init or (entry is not None and entry.random_config is not None):
-        from transformers import AutoModel, AutoModelForSequenceClassification
+        from ptmlab.models.loader import _model_class
 
         config = AutoConfig.from_pretrained(path, **((entry and entry.random_config) or {}), **kwargs)
         if getattr(config, "ptmlab_modifications", None):
             raise PtmlabError(f"--random-init needs an unmodified architecture, but '{name}' records "
                               f"modifications: use the zoo model it came from")
-        cls = AutoModelForSequenceClassification if task_head else AutoModel
+        cls = _model_class(task_head)
         # transformers' default (sdpa where the class supports it, eager otherwise: MPNet); forcing "sdpa" made an
         # MPNet model that claimed sdpa without running it, and setting it back after fast dropout raised
         extra = {"attn_implementation": attn_implementation} if attn_implementation else {}

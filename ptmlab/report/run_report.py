@@ -35,8 +35,8 @@ def write_run_report(run: RunDir, extra_sections=None) -> str:
         if not f.is_file():
             continue
         p = json.loads(f.read_text())
-        if p.get("gold") is None:
-            continue
+        if p.get("gold") is None or p["kind"] in ("token-classification", "extractive-qa"):
+            continue  # span tasks: their per-type / EM-F1 numbers are in the metrics table
         if p["kind"] == "regression":
             rep.figure(scatter_plot(p["gold"], p["pred"], f"{split}: predictions vs gold"), f"scatter_{split}")
         else:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.data.labels import KIND_CHOICES
+from ptmlab.data.tasks import TASK_KINDS
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,14 @@ class DataArgs:
     label_kind: str = opt("auto", "classification, regression, or auto: classes for names, integers and "
                                   "ClassLabel columns, regression for fractional numbers; a column that could be "
                                   "either is refused with a request to choose", choices=list(KIND_CHOICES))
+    task_kind: str = opt("sentence", "what --train-file data holds: sentence (one label per text or pair; "
+                                     "--label-kind), token-classification (tagged words: CoNLL columns, or token "
+                                     "and tag lists) or extractive-qa (question, context and answers: SQuAD JSON "
+                                     "or tables); built-in tasks know their kind", choices=list(TASK_KINDS))
+    doc_stride: int = opt(128, "extractive QA: tokens shared by consecutive windows of a context longer than "
+                               "--max-length (which defaults to 384 there)")
+    label_all_subtokens: bool = opt(False, "token classification: label every sub-token of a word, not only the "
+                                           "first (predictions are read from the first either way)")
     train_split: str = opt("train", "split of a hub dataset, DatasetDict or save_to_disk directory to train on")
     eval_split: str | None = opt(None, "split to evaluate on (default: the first of validation, dev, valid, val, "
                                        "eval)")
@@ -140,8 +149,11 @@ class TrainArgs:
     early_stopping: int = opt(0, "stop after N evaluations without improvement (0: off)")
     keep_best: bool = opt(True, "keep the best evaluated weights as the final model")
     seed: int = opt(42, "random seed for every RNG")
-    precision: str = opt("auto", "fp32, bf16, or auto (bf16 autocast where the hardware supports it)",
-                         choices=["auto", "fp32", "bf16"])
+    device: str = opt("auto", "where to train: auto (a CUDA GPU, else an Apple GPU (mps), else the CPU), cpu, cuda or "
+                              "mps", choices=["auto", "cpu", "cuda", "mps"])
+    precision: str = opt("auto", "fp32, bf16, fp16 (autocast with a gradient scaler, for GPUs without fast bf16), or "
+                                 "auto (bf16 autocast where the hardware supports it)",
+                         choices=["auto", "fp32", "bf16", "fp16"])
     group_by_length: bool = opt(True, "batch examples of similar length together (less padding)")
     first_token_only: bool = opt(True, "sequence classification: run the last layer's feed-forward block on the one "
                                        "position the head reads (exact: same logits and gradients; less work)")

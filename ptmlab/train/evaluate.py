@@ -9,7 +9,7 @@ from ptmlab.core.progress import progress
 from ptmlab.data.batching import collate, eval_batches
 from ptmlab.data.encode import Encoded
 from ptmlab.data.metrics import compute_metrics
-from ptmlab.data.tasks import TaskSpec
+from ptmlab.data.tasks import SPAN_KINDS, TaskSpec
 from ptmlab.models.loader import model_inputs
 
 
@@ -73,7 +73,11 @@ def logits_to_predictions(logits: np.ndarray, spec: TaskSpec) -> np.ndarray:
 
 def evaluate(model, enc: Encoded, spec: TaskSpec, pad_id: int, batch_size: int = 128,
              precision: str = "fp32") -> tuple[dict[str, float], np.ndarray]:
-    """Official metrics of the task (and the predictions)."""
+    """Official metrics of the task (and the predictions; tags per word or answers for the span kinds)."""
+    if spec.kind in SPAN_KINDS:
+        from ptmlab.train.spans import evaluate_span
+
+        return evaluate_span(model, enc, spec, batch_size, precision)
     logits = predict_logits(model, enc, pad_id, batch_size, precision)
     preds = logits_to_predictions(logits, spec)
     if enc.labels is None:

@@ -26,6 +26,7 @@ from ptmlab.core.seed import configure_threads, set_seed
 from ptmlab.data.encode import Encoded, encode_split
 from ptmlab.data.loaders import TaskData
 from ptmlab.data.taskdata import label_names
+from ptmlab.data.tasks import SPAN_KINDS
 
 
 @dataclass
@@ -75,7 +76,8 @@ def build_task_model(cfg, data: TaskData):
     spec = data.spec
     return load_model(cfg.model, num_labels=spec.num_labels, regression=spec.kind == "regression",
                       label_names=label_names(data), dropout=getattr(cfg, "dropout", None),
-                      random_init=getattr(cfg, "random_init", False))
+                      random_init=getattr(cfg, "random_init", False),
+                      task_head=spec.kind if spec.kind in SPAN_KINDS else True)  # tags per token, QA spans
 
 
 def encode_task(tokenizer, data: TaskData, max_length: int) -> dict[str, Encoded]:

@@ -31,6 +31,7 @@ from ptmlab.models.loader import model_inputs
 from ptmlab.train.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from ptmlab.train.evaluate import autocast_ctx, resolve_precision
 from ptmlab.train.optim import build_optimizer, build_scheduler, clipped_step
+from ptmlab.train.spans import is_span_batch, span_task_loss
 from ptmlab.train.strategies import Strategy
 
 LossFn = Callable[[nn.Module, dict], torch.Tensor]
@@ -40,6 +41,8 @@ def task_loss(regression: bool = False) -> LossFn:
     """Cross-entropy (or MSE for regression) per example: the fine-tuning loss."""
 
     def loss(model, batch):
+        if is_span_batch(batch):  # tags per token, or a span's start and end (train/spans.py)
+            return span_task_loss(model, batch)
         logits = model(**model_inputs(model, batch)).logits.float()
         if regression:
             return F.mse_loss(logits.squeeze(-1), batch["labels"].float(), reduction="none")
