@@ -6,19 +6,26 @@ not Explanation"). Paper: BiLSTM-attention models, Kendall tau between attention
 below 0.3-0.5 across datasets, while permuting attention changes the output by a median TVD under about 0.05 on
 most datasets.
 
-Rule: 95% bootstrap over examples: mean tau of the best-agreeing attention measure below 0.3, AND gradient vs
-leave-one-out agreeing better than it (paired difference above 0), AND the share of examples with permutation TVD <
-0.05 above 0.5; not supported when any part lies wholly on the wrong side; else inconclusive.
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): the explained models are
+above the task's trivial predictor (majority-class accuracy) by a t interval over seeds (``fine_tuned_dev``):
+attention of a model that has learnt nothing explains nothing.
 
-In detail, three parts, each a 95% bootstrap over dev examples: (1) weak agreement: the mean Kendall tau of the
-attention measure that agrees best with an importance measure is below 0.3; (2) the two importance measures
-(gradient, leave-one-out) agree better with each other than that attention measure does with its importance measure
-(paired per example, difference above 0); (3) permutation: the share of examples whose output moves by a TVD below
-0.05 is above one half. Supported when all three are; not supported when any part's interval lies wholly on the
-wrong side; inconclusive otherwise.
+Rule: the measure is fixed here: ``tau_last_grad``, Kendall's tau between the last layer's [CLS] attention and
+gradient importance -- the analogue of Jain & Wallace's single attention layer feeding the classifier, against their
+first importance measure (gradients); the three other attention-importance pairs are reported beside it, never
+chosen. 95% interval (hierarchical bootstrap: seeds, then dev examples; one given model: a bootstrap over
+examples): mean tau_last_grad below 0.3, AND gradient vs leave-one-out agreeing better than it (paired difference
+above 0), AND the share of examples with permutation TVD < 0.05 above 0.5; not supported when any part lies wholly
+on the wrong side; else inconclusive.
+
+In detail, three parts, each with that interval: (1) weak agreement: the mean Kendall tau of tau_last_grad is below
+0.3; (2) the two importance measures (gradient, leave-one-out) agree better with each other than the last layer's
+attention does with gradients (paired per example, difference above 0); (3) permutation: the share of examples
+whose output moves by a TVD below 0.05 is above one half. Supported when all three are; not supported when any
+part's interval lies wholly on the wrong side; inconclusive otherwise.
 
 On fine-tuned models (a run directory, or a zoo model fine-tuned here first: once per ``--seeds`` seed, the examples
-of every seed pooled in the bootstrap; ``--budget full``: seeds 0,1,2 and the whole dev set), per dev example:
+of every seed in the hierarchical bootstrap; ``--budget full``: seeds 0,1,2 and the whole dev set), per dev example:
 Kendall's tau between [CLS] attention (last layer, or the mean over layers) and gradient / leave-one-out importance,
 and the output change when the last layer's attention is permuted. Reported beside the rule (not part of it):
 adversarial attention (Jain & Wallace section 4, ``ptmlab.analysis.adversarial``): the share of examples whose
@@ -46,7 +53,8 @@ from ptmlab.studies.verdict import (
     bootstrap_mean,
     combine,
     decide_above,
-    paired_bootstrap,
+    detectable_effect,
+    hierarchical_bootstrap,
 )
 
 CLAIM = Claim(
@@ -56,10 +64,15 @@ CLAIM = Claim(
     source="Q12; Jain & Wallace, NAACL 2019 (Attention is not Explanation)",
     paper="BiLSTM-attention models: Kendall tau of attention vs gradient importance mostly below 0.3-0.5; permuted "
           "attention moves the output by a median TVD under about 0.05 on most datasets",
-    rule="95% bootstrap over examples: mean tau of the best-agreeing attention measure below 0.3, AND gradient vs "
+    rule="measure fixed in advance: tau_last_grad (last-layer [CLS] attention vs gradient importance; the other "
+         "three pairs reported beside it). 95% hierarchical bootstrap (seeds, then examples): mean tau_last_grad "
+         "below 0.3, AND gradient vs "
          "leave-one-out agreeing better than it (paired difference above 0), AND the share of examples with "
          "permutation TVD < 0.05 above 0.5; not supported when any part lies wholly on the wrong side; else "
          "inconclusive",
+    conditions=(
+        "the explained fine-tuned models above the task's majority-class accuracy by a t interval over seeds",
+    ),
 )
 KEYS = ("tau_last_grad", "tau_last_loo", "tau_mean_grad", "tau_mean_loo")
 
@@ -121,8 +134,25 @@ def run(argv: list[str]) -> int:
                            "median output TVD", "permutation counterfactual"), "permutation",
              "output change when the last layer's attention is permuted")] + ([adv_fig] if adv_fig else [])
     write_study(out, f"Study: attention vs explanation ({a.model} on {a.task})", rows, verdict, figs,
-                extra={"examples": res, "adversarial": adversarial}, claim=CLAIM, budget=a.budget, seeds=seeds)
+                extra={"examples": res, "adversarial": adversarial, "fine_tuned_dev": _fine_tuned_dev(a, out, seeds)},
+                claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
+
+
+def _fine_tuned_dev(a, out: Path, seeds: list[int]) -> dict | None:
+    """Each explained model's dev metric ({"metric", "per_seed"}), for the validity condition; None when a given
+    model has no recorded evaluation."""
+    from ptmlab.core.rundir import RunDir
+
+    scores, metric = [], None
+    for seed in seeds:
+        run = Path(fine_tuned_model(a, out, seed, seeds))
+        summary = RunDir(run).summary() if (run / "summary.json").is_file() else {}
+        metric = summary.get("main_metric") or metric
+        if not metric or metric not in (summary.get("metrics") or {}):
+            return None
+        scores.append(float(summary["metrics"][metric]))
+    return {"metric": metric, "per_seed": scores}
 
 
 def _per_seed_rows(res: list[dict], seeds: list[int]) -> list[dict]:
@@ -166,25 +196,51 @@ def _adversarial(runs: list, a: ExplanationStudyArgs, rows: list[dict]) -> tuple
     return {**s, "per_example_jsd": [round(float(x), 4) for x in r.jsd]}, fig
 
 
-def decide(res: list[dict], tau_max: float = 0.3, tvd_small: float = 0.05) -> Verdict:
-    """The rule of ``CLAIM`` on per-example results (``tau_*`` keys and ``permutation_tvd``); examples where a tau
-    is undefined (NaN: constant scores) are left out of that part."""
-    def column(k):
-        return np.array([r[k] for r in res], dtype=float)
+PRIMARY = "tau_last_grad"   # the attention-importance pair the rule decides on, fixed before any run
 
-    means = {k: float(np.nanmean(column(k))) for k in KEYS}
-    best = max(means, key=means.get)
-    att, imp = column(best), column("tau_grad_loo")
-    ok = ~np.isnan(att)
-    if not ok.any():
+
+def _interval(per_seed: list[np.ndarray], metric: str, against: list[np.ndarray] | None = None):
+    """A mean's interval: the hierarchical bootstrap (seeds, then examples) over several fine-tunings, a bootstrap
+    over examples for one model (NaN values, undefined taus, left out)."""
+    if len(per_seed) > 1:
+        return hierarchical_bootstrap(per_seed, against, metric)
+    d = per_seed[0] if against is None else per_seed[0] - against[0]
+    return bootstrap_mean(d[~np.isnan(d)], metric)
+
+
+def decide(res: list[dict], tau_max: float = 0.3, tvd_small: float = 0.05) -> Verdict:
+    """The rule of ``CLAIM`` on per-example results (``seed``, ``tau_*`` keys and ``permutation_tvd``; every seed
+    explains the same dev examples in the same order); examples where a tau is undefined (NaN: constant scores)
+    are left out of that part."""
+    seeds = list(dict.fromkeys(r.get("seed", 0) for r in res))
+
+    def column(k):
+        return [np.array([r[k] for r in res if r.get("seed", 0) == s], dtype=float) for s in seeds]
+
+    att, imp = column(PRIMARY), column("tau_grad_loo")
+    if not any((~np.isnan(x)).any() for x in att):
         return Verdict(INCONCLUSIVE, "no example has a defined Kendall tau (too few tokens)")
-    weak = bootstrap_mean(att[ok], f"mean Kendall tau ({best})")
+    weak = _interval(att, f"mean Kendall tau ({PRIMARY})")
     side = SUPPORTED if weak.high < tau_max else NOT_SUPPORTED if weak.low > tau_max else INCONCLUSIVE
     word = {SUPPORTED: "is below", NOT_SUPPORTED: "is above", INCONCLUSIVE: "includes"}[side]
-    part1 = Verdict(side, f"mean {best} {weak.text()} {word} {tau_max:g}", weak)
-    both = ok & ~np.isnan(imp)
-    part2 = decide_above(paired_bootstrap(imp[both], att[both], f"tau_grad_loo minus {best}"), 0.0) if both.any() \
-        else Verdict(INCONCLUSIVE, "no example with both taus defined")
-    part3 = decide_above(bootstrap_mean((column("permutation_tvd") < tvd_small).astype(float),
-                                        f"share of examples with permutation TVD < {tvd_small:g}"), 0.5)
+    part1 = Verdict(side, f"mean {PRIMARY} {weak.text()} {word} {tau_max:g}", weak,
+                    detectable_effect=detectable_effect(weak))
+    part2 = decide_above(_interval(imp, f"tau_grad_loo minus {PRIMARY}", att), 0.0)
+    part3 = decide_above(_interval([(x < tvd_small).astype(float) for x in column("permutation_tvd")],
+                                   f"share of examples with permutation TVD < {tvd_small:g}"), 0.5)
     return combine([part1, part2, part3])
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (``fine_tuned_dev``: the explained models' dev metric)."""
+    from ptmlab.studies.common import above_trivial, task_of
+
+    ft = record.get("fine_tuned_dev") if isinstance(record.get("fine_tuned_dev"), dict) else {}
+    return above_trivial(record, task_of(record), str(ft.get("metric") or "accuracy"),
+                         {"the explained model": ft.get("per_seed") or []}, 0)
+
+
+def restate(record: dict, name: str = "attention-explanation") -> Verdict | None:
+    """The rule on the record's per-example results (the measure fixed, seeds resampled before examples)."""
+    examples = [r for r in record.get("examples") or [] if isinstance(r, dict)]
+    return decide(examples) if examples else None

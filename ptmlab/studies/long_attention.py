@@ -1,6 +1,11 @@
 """Study ``long-attention`` (Q10, Q11): does self-attention's cost grow quadratically with length, and is
 sliding-window + global attention (Longformer) the linear-cost answer for documents longer than 512 tokens?
 
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): for Q11, every compared
+variant (truncate, window, chunk) is above the task's majority-class accuracy by a t interval over seeds
+(``seed_accuracy``): variants near the majority class cannot show one way of reading long documents beating another.
+Q10 (latency exponents) has no condition.
+
 Verdict rule (fixed before any number is seen; ``q10_verdict``, ``q11_verdict`` and ``decide`` implement it): the
 claim is supported when both parts are, not supported when either part is not, inconclusive otherwise.
 In short (the words of ``CLAIM.rule``): Q10: the full-attention (sdpa) latency exponent over the top quarter of the
@@ -65,6 +70,9 @@ CLAIM = Claim(
          "truncation; supported when the exponent is <= 1.3 and the interval lies above 0, not supported when the "
          "exponent is > 1.5 or the interval lies below 0, else inconclusive (one seed included). The claim is "
          "supported when both parts are, not supported when either is not, inconclusive otherwise.",
+    conditions=(
+        "Q11: every compared variant above the task's majority-class accuracy by a t interval over seeds",
+    ),
 )
 
 VARIANTS = ("truncate", "chunk", "window", "recurrence")
@@ -302,5 +310,14 @@ def run(argv: list[str]) -> int:
                 verdict, figures, extra={"q10": q10.outcome, "q11": q11.outcome, "parts": [q10.to_dict(),
                                                                                          q11.to_dict()],
                                          "cost_rows": cost_rows, "seed_accuracy": acc, "dev_examples": n_dev},
-                columns=columns, claim=CLAIM, budget=a.budget, seeds=a.seed_list)
+                columns=columns, claim=CLAIM, budget=a.budget, seeds=a.seed_list, validity=validity)
     return 0
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (``seed_accuracy``: per variant, per-seed dev accuracy)."""
+    from ptmlab.studies.common import above_trivial, task_of
+
+    acc = record.get("seed_accuracy") if isinstance(record.get("seed_accuracy"), dict) else {}
+    size = record.get("dev_examples") if isinstance(record.get("dev_examples"), int) else 0
+    return above_trivial(record, task_of(record, "longdocs"), "accuracy", acc or {"window": []}, size)

@@ -337,7 +337,7 @@ def hierarchical_bootstrap(a_runs: Sequence[Sequence[float]], b_runs: Sequence[S
     if d.ndim != 2 or d.size == 0:
         raise ValueError("hierarchical bootstrap needs seeds x examples values, the same examples for every seed")
     s, n = d.shape
-    mean = float(d.mean())
+    mean = float(np.nanmean(d))  # NaN: a value undefined for that seed and example (left out)
     if s == 1:
         return Estimate(metric, mean, -math.inf, math.inf, 1, "one seed: no seed-level interval", None, confidence)
     rng = np.random.default_rng(seed)
@@ -345,7 +345,7 @@ def hierarchical_bootstrap(a_runs: Sequence[Sequence[float]], b_runs: Sequence[S
     for r in range(resamples):
         seeds = rng.integers(0, s, size=s)
         examples = rng.integers(0, n, size=n)
-        means[r] = d[seeds][:, examples].mean()
+        means[r] = np.nanmean(d[seeds][:, examples])
     half = _t_quantile(confidence, s - 1) * float(means.std(ddof=1))
     return Estimate(metric, mean, mean - half, mean + half, s,
                     f"hierarchical bootstrap: {s} seeds then {n} examples, t over seeds ({confidence:.0%})",
