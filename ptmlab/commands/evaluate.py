@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     data = load_task_data(cfg, need_train=False)
     split = data.split(cfg.split)
-    if split.label is None:
+    if all(getattr(split, f, None) is None for f in ("label", "tags", "answers")):  # labels, tags or answers
         raise PtmlabError(f"the '{cfg.split}' split of task '{data.spec.name}' has no labels: evaluate 'dev'")
     model = load_model(args.model)
     spec = data.spec
