@@ -8,7 +8,7 @@ batches of 128), every head removed in turn. Baselines, at the SAME precision as
   ours / naive mixes batching and caching, and is reported for reference only.
 Both baselines cost the same for every head, so they are timed on ``--baseline-heads`` heads (one per layer by
 default) and scaled to 72; those heads' accuracies are compared with ours. Writes ``--output`` (default
-benchmarks/results/ablation.json).
+benchmarks/results/ablation.MACHINE.json).
 
     python benchmarks/ablation.py [--run RUN_DIR] [--glue-dir ../shared/data/glue] [--baseline-heads 6] [--output F]
 

@@ -2,11 +2,11 @@
 
 Both variants score the same BLiMP pairs (``--per-phenomenon`` pairs of every phenomenon in ../shared/data/blimp)
 with one Gaussian per layer fit on WikiText-2 sentences from ../shared/data/text:
-  plain: the issue's baseline method: full covariance on 1,000 sentences, every token including [CLS]/[SEP];
+  plain: the baseline method: full covariance on 1,000 sentences, every token including [CLS]/[SEP];
   ptmlab: the defaults of ``ptmlab analyze anomaly`` (see docs/analysis.md).
 Reported: accuracy per layer, best layer and accuracy, per field at the best layer, pairs scored per second,
-next to the paper (BERT-base 0.742 at layer 9, RoBERTa-base 0.830 at layer 11) and the issue's plain baseline
-(minilm 0.588 at layer 2). Writes benchmarks/results/anomaly.json and prints a table.
+next to the paper (BERT-base 0.742 at layer 9, RoBERTa-base 0.830 at layer 11) and the plain baseline's published number
+(minilm 0.588 at layer 2). Writes benchmarks/results/anomaly.MACHINE.json and prints a table.
 
     python benchmarks/anomaly.py [--per-phenomenon 100] [--models minilm,mpnet]
 """

@@ -9,7 +9,7 @@
    copies / removed documents; recall = copies removed / copies.
 
 Run from the project root: ``python benchmarks/clean.py`` (needs ../shared/data). Writes
-``benchmarks/results/clean.json`` and prints a table.
+``benchmarks/results/clean.MACHINE.json`` and prints a table.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Rows (dev accuracy on the whole SST-2 dev set, size of the weight files, median 
 fp32 base; 40% of heads removed by |dL/d gate| (500 examples) before and after one recovery epoch; torch dynamic
 int8; ONNX fp32; onnxruntime int8; vocabulary pruned to the SST-2 corpus; and the combined pipeline (heads 40% +
 recovery, vocabulary, onnxruntime int8). The combined row reuses the recovered pruned model: vocabulary pruning
-leaves outputs unchanged, so its order relative to head pruning does not matter. Each target of issue 4 is checked.
-Writes benchmarks/results/compress.json and prints the table.
+leaves outputs unchanged, so its order relative to head pruning does not matter. Each compression target is checked.
+Writes benchmarks/results/compress.MACHINE.json and prints the table.
 
 Scaled for a busy 2-core machine (about 20 minutes with the in-run recovery, 10 with --pruned): recovery
 fine-tunes on --recover-train rows (default 1500 of the 67k; the base model saw 4,000), or --pruned reuses a

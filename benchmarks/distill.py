@@ -5,7 +5,7 @@ Teacher: minilm fine-tuned on the 4,000-row SST-2 subset of the foundation bench
 max length 64, seed 0), or an existing run passed with --teacher. Student: layers:3 with --losses (default
 soft_ce,hidden_mse), --epochs 3, lr 1e-4 on the same rows; optionally a second, shrunk student (--shrink SPEC).
 Latency: batch-1 and batch-32 CPU forward passes on SST-2 dev sentences (max length 64), teacher and student
-measured alternately in the same process. Writes benchmarks/results/distill.json and prints a table.
+measured alternately in the same process. Writes benchmarks/results/distill.MACHINE.json and prints a table.
 
     python benchmarks/distill.py [--teacher RUN] [--epochs 3] [--shrink shrink:layers=4,hidden=192,heads=12,ffn=768]
 """

@@ -2,7 +2,7 @@
 
 The victim is served in-process on 127.0.0.1 with policy ``probs``; one attack of the largest budget trains a
 minilm copy at each budget on a prefix of the same answered queries (`ptmlab extract --curve`). Agreement is
-measured on the SST-2 dev set, labelled locally by the victim. Writes benchmarks/results/extraction.json.
+measured on the SST-2 dev set, labelled locally by the victim. Writes benchmarks/results/extraction.MACHINE.json.
 
     python benchmarks/extraction.py --victim RUN_DIR [--budgets 1000,2000] [--epochs 3] [--max-eval 872]
 """

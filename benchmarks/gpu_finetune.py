@@ -1,6 +1,6 @@
 """Benchmark: ptmlab's loop on a GPU against transformers' Trainer and a bare PyTorch loop, in one script.
 
-Job (issue 18): minilm on the full SST-2 training set, 1 epoch, batch 32, max length 64, bf16 autocast on every side,
+Job: minilm on the full SST-2 training set, 1 epoch, batch 32, max length 64, bf16 autocast on every side,
 lr 5e-5, linear schedule with 6% warm-up; every side scored by the same evaluation on the full dev set
 (benchmarks/_finetune_job.py holds the job, the sides and the fairness rules). Sides, alternating: ptmlab (eager),
 the Trainer (length-grouped and random sampling), ptmlab with ``--compile reduce-overhead`` (length buckets of 32

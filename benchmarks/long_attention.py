@@ -9,7 +9,7 @@ sliding-window + global block mask is added as the GPU baseline (``flex``), and 
 twice there: ``window`` (its default kernel for the device: FlexAttention on CUDA, see ptmlab/longseq/flex.py) and
 ``window_blocks`` (its blockwise kernel forced); ``window_flex`` forces its FlexAttention kernel anywhere. Fitted
 growth exponents (log-log slope over 1k-16k), the sdpa/window latency ratio at 8k and, on CUDA, window's speed-up
-over the two others at every length are written to benchmarks/results/long_attention[_cuda].json with a plot beside
+over the two others at every length are written to benchmarks/results/long_attention.MACHINE.json with a plot beside
 it (rewritten after every length). Eager is skipped where its n x n score tensors would exceed --eager-max-gb.
 
     python benchmarks/long_attention.py [--device cpu|cuda] [--lengths 512,1024,...] [--dtypes fp32,bf16]

@@ -1,4 +1,4 @@
-"""Meta-KD on a domain it never saw (issue 15's check): a ``ptmlab meta-distill`` student against TF-IDF + logistic
+"""Meta-KD on a domain it never saw: a ``ptmlab meta-distill`` student against TF-IDF + logistic
 regression trained on the same domains, on the whole file of a held-out sentiment domain.
 
 The evaluation length is chosen before the held-out domain is read: every length in ``--lengths`` is scored on the

@@ -13,7 +13,7 @@ the same model and optimizer. Machine load (``os.getloadavg``) is recorded befor
 
     python benchmarks/pretrain.py [--files ../shared/data/text/wikitext-2] [--precision fp32,bf16] [--device cuda]
 
-Writes benchmarks/results/pretrain.json and prints a table.
+Writes benchmarks/results/pretrain.MACHINE.json and prints a table.
 """
 
 from __future__ import annotations

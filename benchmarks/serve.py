@@ -4,7 +4,7 @@ transformers ``pipeline`` once per request, both on 127.0.0.1, under the same 16
 Each request carries one SST-2 dev sentence. `ptmlab serve` runs at its default precision (auto: bf16 on CPUs
 with AVX512-BF16/AMX) and again with --precision fp32, to separate what dynamic batching alone gives.
 The servers run one after the other (never at once), each in its
-own process with the same torch thread count. Writes benchmarks/results/serve.json and prints a table.
+own process with the same torch thread count. Writes benchmarks/results/serve.MACHINE.json and prints a table.
 
     python benchmarks/serve.py --run RUN_DIR [--requests 400] [--clients 16]
 """

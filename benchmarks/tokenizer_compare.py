@@ -7,7 +7,7 @@
    the speed-up.
 
 Run from the project root: ``python benchmarks/tokenizer_compare.py`` (needs ../shared/data). Writes
-``benchmarks/results/tokenizers.json`` and prints a table.
+``benchmarks/results/tokenizer_compare.MACHINE.json`` and prints a table.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The benchmark scripts run end to end on the tiny model: a script that no test runs drifts from the API it calls
-(``benchmarks/compress.py`` failed with a TypeError for several sessions after ``recover()`` changed)."""
+"""The benchmark scripts (and the investigations beside them) run end to end on the tiny model: a script that no
+test runs drifts from the API it calls (``benchmarks/compress.py`` once failed with a TypeError after ``recover()``
+changed)."""
 
 from __future__ import annotations
 
@@ -63,18 +64,19 @@ def test_cpu_flops_benchmark_measures_both_inference_paths(tmp_path):
 
 
 def test_first_token_benchmark_times_both_sides(tmp_path):
-    _, res = _run_on_tiny("first_token.py", tmp_path / "first_token.json", "--rounds", "1", "--shapes", "4x16,2x32")
+    _, res = _run_on_tiny("investigations/first_token.py", tmp_path / "r.json", "--rounds", "1",
+                          "--shapes", "4x16,2x32")
     assert [(r["batch"], r["length"]) for r in res["rows"]] == [(4, 16), (2, 32)]
     for r in res["rows"]:
         assert r["cut_ms"] > 0 and r["full_ms"] > 0
         assert _ratio_of_rounded(r["speedup_cut"], r["full_ms"], r["cut_ms"])
-    bad = subprocess.run([sys.executable, "benchmarks/first_token.py", "--model", "tiny", "--shapes", "32by16"],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    bad = subprocess.run([sys.executable, "benchmarks/investigations/first_token.py", "--model", "tiny",
+                          "--shapes", "32by16"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert bad.returncode != 0 and "BATCHxLENGTH" in bad.stderr
 
 
 def test_host_memory_benchmark_runs_both_sides_in_their_own_processes(tmp_path):
-    proc, res = _run_on_tiny("host_memory.py", tmp_path / "host_memory.json", "--rounds", "2", "--shapes", "4x16")
+    proc, res = _run_on_tiny("investigations/host_memory.py", tmp_path / "r.json", "--rounds", "2", "--shapes", "4x16")
     [row] = res["rows"]
     assert row["shape"] == "4x16" and row["default_ms"] > 0 and row["reuse_ms"] > 0
     assert _ratio_of_rounded(row["speedup"], row["default_ms"], row["reuse_ms"])
@@ -85,7 +87,7 @@ def test_host_memory_benchmark_runs_both_sides_in_their_own_processes(tmp_path):
 
 
 def test_embedding_share_benchmark_alternates_full_and_frozen_steps(tmp_path):
-    proc, res = _run_on_tiny("embedding_share.py", tmp_path / "embedding_share.json", "--rounds", "2",
+    proc, res = _run_on_tiny("investigations/embedding_share.py", tmp_path / "r.json", "--rounds", "2",
                              "--shapes", "4x16,2x8")
     assert [r["shape"] for r in res["rows"]] == ["4x16", "2x8"]
     for r in res["rows"]:
@@ -99,8 +101,8 @@ def test_embedding_share_benchmark_alternates_full_and_frozen_steps(tmp_path):
 @pytest.mark.skipif(not (SHARED / "blimp" / "adjunct_island.jsonl").is_file(),
                     reason=f"BLiMP not found at {SHARED / 'blimp'} (shared data is absent on this machine)")
 def test_anomaly_reference_benchmark_chooses_on_dev_and_reports_held_out(tmp_path):
-    _, res = _run_on_tiny("anomaly_reference.py", tmp_path / "ar.json", "--per-phenomenon", "2", "--base", "40",
-                          "--most", "80")
+    _, res = _run_on_tiny("investigations/anomaly_reference.py", tmp_path / "r.json", "--per-phenomenon", "2",
+                          "--base", "40", "--most", "80")
     rows = res["variants"]
     assert len(rows) == 8 and len({r["variant"] for r in rows}) == 8
     for r in rows:
@@ -113,7 +115,7 @@ def test_anomaly_reference_benchmark_chooses_on_dev_and_reports_held_out(tmp_pat
 
 
 def test_clipped_step_benchmark_alternates_three_sides(tmp_path):
-    proc, res = _run_on_tiny("clipped_step.py", tmp_path / "clipped_step.json", "--rounds", "3", "--shapes", "4x16")
+    proc, res = _run_on_tiny("investigations/clipped_step.py", tmp_path / "r.json", "--rounds", "3", "--shapes", "4x16")
     (row,) = res["rows"]
     assert row["shape"] == "4x16" and all(row[f"{s}_ms"] > 0 for s in ("torch", "ptmlab", "unclipped"))
     assert _ratio_of_rounded(row["speedup"], row["torch_ms"], row["ptmlab_ms"])
@@ -125,8 +127,8 @@ def test_clipped_step_benchmark_alternates_three_sides(tmp_path):
 
 @needs_glue
 def test_gpu_finetune_benchmark_still_runs_on_a_cpu(tmp_path):
-    """The GPU benchmark on the CPU (issue 18: "CPU runs of it must still work"): every side trains the same rows and
-    is scored on the full dev set; the ratio and the FLOP rate are computed from what the sides recorded."""
+    """The GPU benchmark still runs on a CPU: every side trains the same rows and is scored on the full dev set; the
+    ratio and the FLOP rate are computed from what the sides recorded."""
     _, res = _run_on_tiny("gpu_finetune.py", tmp_path / "gpu_finetune.json", "--glue-dir", str(GLUE),
                           "--max-train", "64", "--repeats", "1", "--no-compile", "--mfu-batch", "64")
     sides = res["sides"]
@@ -223,3 +225,45 @@ def test_flex_baseline_of_the_long_attention_benchmark_equals_window_attention_a
         warnings.simplefilter("ignore")  # uncompiled FlexAttention warns that it is uncompiled: this is the check
         check = bench._kernel_check("cpu")
     assert check["max_abs_diff_forward"] < 1e-5 and check["max_abs_diff_grad"] is None and not check["flex_failed"]
+
+
+RESULT_NAME = r"[a-z0-9_]+\.(cpu|cpu-[a-z0-9-]+|gpu-[a-z0-9-]+)\.(json|png)"
+
+
+def test_result_files_are_named_by_benchmark_and_machine_and_hold_no_absolute_path():
+    """One current file per benchmark and machine (``BENCHMARK.MACHINE.json``), and nothing in them that only makes
+    sense on the machine that wrote them."""
+    import re
+
+    files = [*(ROOT / "benchmarks" / "results").iterdir(),
+             *(ROOT / "benchmarks" / "investigations" / "results").iterdir()]
+    assert files
+    assert [f.name for f in files if not re.fullmatch(RESULT_NAME, f.name)] == []
+    absolute = re.compile(r'"(?:/(?:tmp|work|home|root|usr|mnt|data)\b[^"]*|[A-Za-z]:\\\\[^"]*)"')
+    assert [f.name for f in files if f.suffix == ".json" and absolute.search(f.read_text())] == []
+
+
+def test_benchmarks_write_by_default_where_their_result_belongs():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import _env
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    import re
+
+    tag = _env.machine_tag()
+    assert re.fullmatch(r"cpu(-[a-z0-9-]+)?", tag)
+    assert _env.result_path("serve") == ROOT / "benchmarks" / "results" / f"serve.{tag}.json"
+    assert _env.result_path("clipped_step_fp32", investigation=True).parent == (
+        ROOT / "benchmarks" / "investigations" / "results")
+    info = _env.machine_info()
+    assert info["label"] == tag and info["cores"] >= 1 and info["torch"]
+    assert _env.portable(ROOT / "benchmarks" / "results") == "benchmarks/results"
+    assert _env.portable("/tmp/some-run") == "some-run"
+
+
+def test_an_investigation_writes_its_default_result_under_investigations(tmp_path):
+    """An investigation run from its new folder imports the benchmarks' helpers and names its output by machine."""
+    proc = subprocess.run([sys.executable, "benchmarks/investigations/first_token.py", "--help"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0 and "--shapes" in proc.stdout, proc.stderr[-2000:]

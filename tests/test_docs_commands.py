@@ -1,11 +1,13 @@
-"""Every command written in README.md, BENCHMARKS.md and docs/ still parses.
+"""Every command written in README.md, BENCHMARKS.md, docs/ and the investigations' README still parses, and
+docs/cli.md's command reference is what the parsers print.
 
 A renamed or removed option leaves the docs telling users to type a command that fails; this test parses each
 documented command with the real parsers (the top-level one, and a study's own for ``ptmlab study NAME ...``)
 without running anything. Prose fragments that name a verb and an option without the positional arguments
 (``ptmlab prune --params``) and upper-case placeholders (``--format F``) are not failures; unknown options, unknown
 studies and invalid choices are. Every ``python benchmarks/X.py --option ...`` written there must name a script
-that exists and options that the script (or its shared helpers) declares.
+that exists and options that the script (or its shared helpers) declares. ``text`` code blocks hold what a command
+prints (docs/cli.md's ``--help`` pages), not commands to type, and are not parsed.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from ptmlab.cli import build_parser
 from ptmlab.core.cli_parser import ArgParser
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md")),
+        ROOT / "benchmarks" / "investigations" / "README.md"]
 COMMAND = re.compile(r"(?:^|\s|/)(ptmlab\s+[a-z].*)$")
 PLACEHOLDER_MARKS = ("...", "[", "|", "<")
 
@@ -32,7 +35,9 @@ def documented_commands(path: Path) -> list[str]:
     inline code spans (which may wrap across lines)."""
     text = path.read_text(encoding="utf-8")
     found = []
-    for block in re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S):
+    for lang, block in re.findall(r"```([a-z]*)\n(.*?)```", text, flags=re.S):
+        if lang == "text":  # a command's output (a --help page), not a command
+            continue
         for line in re.sub(r"\s*\\\n\s*", " ", block).splitlines():
             for part in re.split(r"&&|;|\|\|", line):
                 m = COMMAND.search(part.strip())
@@ -128,7 +133,8 @@ def test_every_documented_command_parses(doc, monkeypatch):
 
 
 # the options run on until a code span ends, a table cell ends or a blank line
-BENCHMARK = re.compile(r"python (benchmarks/[a-z_0-9]+\.py)((?:(?:[ \t]*\n[ \t]*|[ \t]+)[^\s`|;&]+)*)")
+BENCHMARK = re.compile(r"python (benchmarks/(?:investigations/)?[a-z_0-9]+\.py)"
+                       r"((?:(?:[ \t]*\n[ \t]*|[ \t]+)[^\s`|;&]+)*)")
 
 
 def benchmark_commands(path: Path) -> list[tuple[str, list[str]]]:
@@ -139,7 +145,7 @@ def benchmark_commands(path: Path) -> list[tuple[str, list[str]]]:
 
 def benchmark_problems(doc: Path) -> list[str]:
     """Documented benchmark scripts that do not exist, and options their scripts do not declare."""
-    helpers = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "benchmarks").glob("_*.py"))
+    helpers = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "benchmarks").glob("**/_*.py"))
     broken = []
     for script, flags in benchmark_commands(doc):
         path = ROOT / script
@@ -169,3 +175,40 @@ def test_the_benchmark_check_catches_a_missing_script_and_a_wrong_option(tmp_pat
 def test_every_documented_benchmark_exists_and_takes_its_options(doc):
     broken = benchmark_problems(doc)
     assert not broken, f"{doc.name}:\n" + "\n".join(broken)
+
+
+def _cli_docs_generator():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_cli_docs", ROOT / "scripts" / "gen_cli_docs.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    return gen
+
+
+def test_the_cli_reference_is_what_the_parsers_print(monkeypatch):
+    """docs/cli.md below its marker is regenerated in memory from the real parsers (every verb, subcommand and
+    study, as ``--help`` prints it) and must equal the committed page: a renamed or added flag fails here until
+    ``python scripts/gen_cli_docs.py`` is rerun."""
+    monkeypatch.setenv("COLUMNS", "100")  # the generator fixes the width; undo it for the tests that follow
+    gen = _cli_docs_generator()
+    current = gen.CLI_MD.read_text(encoding="utf-8")
+    assert gen.MARKER in current
+    expected = gen.render(current)
+    assert expected.split(gen.MARKER)[0] == current.split(gen.MARKER)[0]  # the hand-written part is kept
+    for argv in (["finetune"], ["tokenizer", "train"], ["keys", "create"], ["study", "all"], ["study", "objectives"]):
+        assert f"### `ptmlab {' '.join(argv)}`" in expected, argv
+    assert "--max-train" in expected and "/work/" not in expected
+    assert expected == current, "docs/cli.md is out of date: run python scripts/gen_cli_docs.py"
+
+
+RESULT_FILE = re.compile(r"benchmarks/(?:investigations/)?results/[A-Za-z0-9_.-]+\.(?:json|png)")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_result_file_a_page_names_is_committed(doc):
+    """A number quoted from a result file can be checked: the file named beside it exists (``MACHINE`` and
+    ``BENCHMARK`` are placeholders for a file a run writes)."""
+    named = set(RESULT_FILE.findall(doc.read_text(encoding="utf-8")))
+    missing = sorted(n for n in named if "MACHINE" not in n and "BENCHMARK" not in n and not (ROOT / n).is_file())
+    assert not missing, f"{doc.name} names result files that do not exist: {missing}"

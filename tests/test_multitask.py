@@ -1,4 +1,4 @@
-"""Multi-task fine-tuning and distillation (issue 19 item 2): task-homogeneous sampled batches, one head per task
+"""Multi-task fine-tuning and distillation: task-homogeneous sampled batches, one head per task
 that reloads from the run directory, per-task evaluation, a multi-task student, bad inputs, and the ``multitask``
 study's rule and small budget."""
 

@@ -25,7 +25,7 @@ COVERED_ELSEWHERE = {
 
 
 def _mobile_student_row(res: dict) -> None:
-    """Issue 19: the MobileBERT-style student sits in the distillation table beside the others, with its size and
+    """The MobileBERT-style student sits in the distillation table beside the others, with its size and
     batch-32 latency, and is smaller than the teacher; a narrow ``shrink:`` student of about its size beside it."""
     rows = {r["method"]: r for r in res["rows"]}
     mobile, teacher = rows["mobilebert"], rows["teacher"]
@@ -38,7 +38,7 @@ def _mobile_student_row(res: dict) -> None:
     main = next(k for k in teacher if k not in ("method", "student", "teacher_%", "agreement", "params",
                                                   "speedup_b32", "train_seconds"))
     assert shrink["speedup_b32"] > 0 and 0.0 <= shrink[main] <= 1.0 and len(shrink["per_seed"]) >= 1, shrink
-    # issue 17: the BiLSTM and CNN students and TinyBERT's whole recipe (general stage, augmented data) run too,
+    # the BiLSTM and CNN students and TinyBERT's whole recipe (general stage, augmented data) run too,
     # beside the claim: their own students, their rows in the table, never the chosen method
     assert rows["bilstm"]["student"].startswith("bilstm") and rows["cnn"]["student"].startswith("cnn")
     assert rows["tinybert_aug"]["student"] == rows["tinybert"]["student"]

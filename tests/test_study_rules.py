@@ -120,7 +120,7 @@ def test_super_tickets_every_outcome_and_honest_selection():
     assert v.outcome == SUPPORTED and chosen == 0.3 and held[0.3] > 0 > held[0.6]
     bad = {0.0: [unpruned], 0.3: [unpruned * coin(0.6, seed=4)], 0.6: [unpruned * coin(0.5, seed=5)]}
     assert decide(bad)[0].outcome == NOT_SUPPORTED
-    # the case: a ticket 2 examples better, one seed -> cannot decide
+    # the reported case: a ticket 2 examples better, one seed -> cannot decide
     tie = {0.0: [unpruned], 0.5: [flip(unpruned, 2)], 0.7: [unpruned * coin(0.5, seed=6)]}
     v, chosen, _ = decide(tie)
     assert v.outcome == INCONCLUSIVE and chosen == 0.5
@@ -150,7 +150,7 @@ def test_unfreezing_every_outcome_and_collapse_is_not_support():
     assert decide({"full": full, "gradual-unfreeze": [0.801, 0.809, 0.806]}, "accuracy").outcome == SUPPORTED
     assert decide({"full": full, "gradual-unfreeze": [0.850, 0.862, 0.856]}, "accuracy").outcome == NOT_SUPPORTED
     collapse = decide({"full": full, "gradual-unfreeze": [0.694, 0.690, 0.700]}, "accuracy")
-    assert collapse.outcome == INCONCLUSIVE and "schedule" in collapse.reason  # the case: was "supported"
+    assert collapse.outcome == INCONCLUSIVE and "schedule" in collapse.reason  # the reported case: was "supported"
     assert decide({"full": [0.80], "gradual-unfreeze": [0.80]}, "accuracy").outcome == INCONCLUSIVE  # one seed
     assert decide({"full": full, "gradual-unfreeze": [0.78, 0.83, 0.80]}, "accuracy").outcome == INCONCLUSIVE
 

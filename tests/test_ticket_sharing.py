@@ -1,4 +1,4 @@
-"""Ticket sharing across tasks (issue 19 item 1): overlap of kept units against random tickets, shared tickets
+"""Ticket sharing across tasks: overlap of kept units against random tickets, shared tickets
 (union / intersection), empty tickets, the study's rule on synthetic numbers and its small budget."""
 
 from __future__ import annotations

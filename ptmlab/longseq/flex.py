@@ -1,6 +1,6 @@
 """The window + global attention of ``window`` through PyTorch's FlexAttention: the fast path on a GPU.
 
-On the H200 of session 12 ptmlab's blockwise kernel (``window.py``) was 2-3x slower than FlexAttention with a
+On an H200 ptmlab's blockwise kernel (``window.py``) was 2-3x slower than FlexAttention with a
 sliding-window block mask (a batch-1 forward is bound by kernel launches there, and the blockwise path launches
 several small kernels per chunk layout); on the CPU it is the other way round (the blockwise path is 1.6-1.7x faster
 than compiled FlexAttention, BENCHMARKS.md). So ``window`` sends CUDA tensors here and keeps the blockwise kernel on
