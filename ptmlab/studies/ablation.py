@@ -5,18 +5,26 @@ Q13/Q14; Michel et al., NeurIPS 2019 ("Are Sixteen Heads Really Better than One?
 BERT-base on MNLI, removing any single head changes accuracy by at most about 1 point for most heads, and some
 removals raise it; removing whole layers costs more in small models.
 
-Rule: per unit, the accuracy change on removal, paired per example against the intact model, 95% bootstrap (seeds
-pooled); harmless when its lower end >= -tolerance, harmful when its upper end < -tolerance. Supported when >= 75%
-of units are harmless AND some unit's removal helps (Bonferroni interval above 0); not supported when > 25% are
-harmful or no removal raises accuracy at all; otherwise inconclusive.
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): the intact fine-tuned
+model is above the task's majority-class accuracy by a t interval over seeds (``base_per_seed``); the per-unit
+intervals resample seeds, then examples (``counts.intervals.seed_level``; one given model: examples alone), never the
+seeds' copies of each example pooled as independent examples; a percentile Bonferroni interval has at least 20
+resamples beyond its quantile (``counts.intervals.tail_resamples``).
+
+Rule: per unit, the accuracy change on removal, paired per example against the intact model, 95% interval (seeds,
+then examples, resampled: a hierarchical bootstrap; one given model: a bootstrap over examples); harmless when its
+lower end >= -tolerance, harmful when its upper end < -tolerance. Supported when >= 75% of units are harmless AND
+some unit's removal helps (Bonferroni interval above 0); not supported when > 25% are harmful or no removal raises
+accuracy at all; otherwise inconclusive.
 
 In detail: for every unit, the change of dev accuracy when it is removed, paired per example against the intact
-model, with a 95% bootstrap over examples (seeds pooled). A unit is harmless when the interval's lower end is at or
-above -tolerance, harmful when its upper end is below -tolerance. Part 1 ("rarely hurts"): supported when at least
-75% of units are harmless, not supported when more than 25% are harmful, inconclusive otherwise. Part 2 ("sometimes
-helps"): supported when at least one unit's removal raises accuracy with a Bonferroni-corrected interval (95% over
-all units) above 0, not supported when no unit's removal raises it at all, inconclusive otherwise. The claim is both
-parts (``combine``).
+model, with a 95% hierarchical bootstrap (seeds, then examples; mean ± t over seeds x SE) -- one given model: a
+percentile bootstrap over examples with enough resamples that the Bonferroni tail holds at least 20 of them. A unit
+is harmless when the interval's lower end is at or above -tolerance, harmful when its upper end is below -tolerance.
+Part 1 ("rarely hurts"): supported when at least 75% of units are harmless, not supported when more than 25% are
+harmful, inconclusive otherwise. Part 2 ("sometimes helps"): supported when at least one unit's removal raises
+accuracy with a Bonferroni-corrected interval (95% over all units) above 0, not supported when no unit's removal
+raises it at all, inconclusive otherwise. The claim is both parts (``combine``).
 
 The model is a fine-tuned run directory, or a zoo model fine-tuned here first (one budget, once per seed:
 ``--seeds``; ``--budget full``: seeds 0,1,2 and mpnet). Every head (layer) is removed and, separately, made uniform;
@@ -49,24 +57,33 @@ from ptmlab.studies.verdict import (
     NOT_SUPPORTED,
     SUPPORTED,
     Claim,
+    Condition,
     Verdict,
     combine,
+    hierarchical_bootstrap,
     paired_bootstrap,
+    resamples_for,
 )
 
-_RULE = ("per unit, the accuracy change on removal, paired per example against the intact model, 95% bootstrap "
-         "(seeds pooled); harmless when its lower end >= -tolerance, harmful when its upper end < -tolerance. "
+_RULE = ("per unit, the accuracy change on removal, paired per example against the intact model, 95% interval "
+         "(hierarchical bootstrap: seeds, then examples; one model: over examples); harmless when its lower end >= "
+         "-tolerance, harmful when its upper end < -tolerance. "
          "Supported when >= 75% of units are harmless AND some unit's removal helps (Bonferroni interval above 0); "
          "not supported when > 25% are harmful or no removal raises accuracy at all; otherwise inconclusive")
+_CONDITIONS = (
+    "the intact fine-tuned model above the task's majority-class accuracy by a t interval over seeds",
+    "per-unit intervals resample seeds, then examples (or come from one given model), never seeds' copies pooled",
+    "a percentile Bonferroni interval has at least 20 bootstrap resamples beyond its quantile",
+)
 CLAIMS = {
     "head": Claim(study="head-ablation", claim="removing one attention head rarely hurts and sometimes helps",
                   source="Q13; Michel et al., NeurIPS 2019 (Are Sixteen Heads Really Better than One?)",
                   paper="BERT-base on MNLI: most single-head removals change accuracy by under about 1 point; some "
-                        "raise it", rule=_RULE),
+                        "raise it", rule=_RULE, conditions=_CONDITIONS),
     "layer": Claim(study="layer-ablation", claim="removing one layer rarely hurts and sometimes helps",
                    source="Q14; Kovaleva et al. 2019 (Revealing the Dark Secrets of BERT)",
                    paper="BERT-base: disabling single layers or their attention often costs little and sometimes "
-                         "helps", rule=_RULE),
+                         "helps", rule=_RULE, conditions=_CONDITIONS),
 }
 CLAIM = CLAIMS["head"]
 FULL = {**FULL_FINETUNE, "model": "mpnet"}  # what --budget full runs
@@ -175,26 +192,37 @@ def ablate_once(model: str, a, kind: str, cache: Path):
     return table, base_correct, removed_correct
 
 
+def unit_interval(r: list, b: list, metric: str, confidence: float = 0.95):
+    """Unit removal minus intact, per example: a hierarchical bootstrap (seeds, then examples) over several
+    fine-tunings, a bootstrap over examples for one model -- with enough resamples for ``confidence``'s tail."""
+    if len(b) > 1:
+        return hierarchical_bootstrap(r, b, metric, confidence)
+    return paired_bootstrap(r[0], b[0], metric, confidence, resamples_for(confidence))
+
+
 def decide(base: list, removed: dict, tol: float, unit: str = "head") -> tuple[Verdict, dict]:
     """The rule of ``CLAIM``: ``base[k]`` is seed k's intact per-example correctness, ``removed[u][k]`` unit u's
-    after removal. Returns the verdict and the counts (harmless, harmful, helpful, units)."""
+    after removal. Returns the verdict and the counts (harmless, harmful, helpful, units) with how the intervals
+    were made (``intervals``)."""
     if any(b is None for b in base):
         return Verdict(INCONCLUSIVE, "no per-example correctness (a regression task): the bootstrap rule cannot "
                                      "run"), {}
-    b = np.concatenate([np.asarray(x, dtype=float) for x in base])
     n = len(removed)
     harmless = harmful = helpful = raised = 0
     for u, runs in removed.items():
-        r = np.concatenate([np.asarray(x, dtype=float) for x in runs])
-        est = paired_bootstrap(r, b, f"{unit} {u}", resamples=1000)
+        est = unit_interval(runs, base, f"{unit} {u}")
         harmless += est.low >= -tol
         harmful += est.high < -tol
         raised += est.value > 0
         if est.value > 0:
-            strict = paired_bootstrap(r, b, f"{unit} {u}", confidence=1 - 0.05 / n, resamples=1000)
-            helpful += strict.low > 0
+            helpful += unit_interval(runs, base, f"{unit} {u}", 1 - 0.05 / n).low > 0
+    tail = 0.05 / n / 2
     counts = {"units": n, "harmless": int(harmless), "harmful": int(harmful), "helpful": int(helpful),
-              "raised": int(raised)}
+              "raised": int(raised),
+              "intervals": {"seed_level": 1, "seeds": len(base),
+                            "method": "hierarchical bootstrap, t over seeds" if len(base) > 1 else
+                            "percentile bootstrap over examples (one model)",
+                            "tail_resamples": None if len(base) > 1 else resamples_for(1 - 0.05 / n) * tail}}
     rare = Verdict(SUPPORTED if harmless >= 0.75 * n else NOT_SUPPORTED if harmful > 0.25 * n else INCONCLUSIVE,
                    f"removing one {unit} is harmless (95% interval above -{tol:g}) for {harmless} of {n} and harmful "
                    f"(interval below -{tol:g}) for {harmful}")
@@ -231,8 +259,9 @@ def _run(kind: str, argv: list[str]) -> int:
                                  "layer ablation", base=table.base)
     write_study(out, f"Study: {kind} ablation ({a.model} on {a.task})", rows, v,
                 [(fig, f"{kind}_ablation", f"dev {table.metric} per ablated {kind} (mean over seeds)")],
-                extra={"base": table.base, "metric": table.metric, "counts": counts, "tolerance": a.tolerance},
-                claim=CLAIMS[kind], budget=a.budget, seeds=seeds)
+                extra={"base": table.base, "metric": table.metric, "counts": counts, "tolerance": a.tolerance,
+                       "base_per_seed": [t.base for t in tables]},
+                claim=CLAIMS[kind], budget=a.budget, seeds=seeds, validity=validity)
     return 0
 
 
@@ -251,3 +280,21 @@ def run_heads(argv: list[str]) -> int:
 @STUDIES.register("layer-ablation", help="Q14: does removing one layer hurt? (every layer, removed/uniform)")
 def run_layers(argv: list[str]) -> int:
     return _run("layer", argv)
+
+
+MIN_TAIL = 20   # resamples beyond a percentile interval's quantile for the quantile to mean something
+
+
+def validity(record: dict) -> list:
+    """The conditions of the ablation claims on a results record."""
+    from ptmlab.studies.common import above_trivial, task_of
+
+    iv = (record.get("counts") or {}).get("intervals") or {}
+    conds = above_trivial(record, task_of(record), str(record.get("metric") or "accuracy"),
+                          {"the intact model": record.get("base_per_seed") or []}, 0)
+    conds.append(Condition.check("per-unit intervals resample seeds, then examples (1: yes)", iv.get("seed_level"),
+                                 ">=", 1))
+    if iv.get("tail_resamples") is not None or not iv:
+        conds.append(Condition.check("bootstrap resamples beyond the Bonferroni quantile", iv.get("tail_resamples"),
+                                     ">=", MIN_TAIL))
+    return conds
