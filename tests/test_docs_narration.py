@@ -3,7 +3,8 @@
 README.md, BENCHMARKS.md, docs/, the investigations' README, and the comments and docstrings of ptmlab/,
 benchmarks/, scripts/ and tests/ state facts; they do not narrate the work that produced them (work sessions and
 periods, issue numbers, "the issue's target"), which lives in git history. Result file names say which benchmark
-and machine made them, not which work period (``cpu_flops_avx2_s20.json`` was such a name).
+and machine made them, not which work period (``cpu_flops_avx2_s20.json`` was such a name), and what the results
+record (benchmarks/results, benchmarks/investigations/results, studies/results) states facts as well.
 """
 
 from __future__ import annotations
@@ -69,3 +70,11 @@ def test_result_and_page_file_names_do_not_narrate_the_work():
     assert names
     bad = [str(p.relative_to(ROOT)) for p in names if NARRATED_NAME.search(p.name)]
     assert not bad, f"file names that narrate the work: {bad}"
+
+
+def test_committed_results_do_not_narrate_the_work():
+    """The notes and commands recorded inside committed result files state facts too."""
+    files = sorted(p for d in RESULT_DIRS if (ROOT / d).is_dir() for p in (ROOT / d).rglob("*.json"))
+    assert files
+    found = [f"{p.relative_to(ROOT)} {hit}" for p in files for hit in narration(p.read_text(encoding="utf-8"))]
+    assert not found, "narration in results:\n" + "\n".join(found)
