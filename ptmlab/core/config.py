@@ -20,6 +20,16 @@ from ptmlab.core.errors import PtmlabError, did_you_mean
 C = TypeVar("C")
 
 
+class Validated:
+    """Base of the option groups: a config's ``validate()`` runs whenever it is made, by ``build_config`` (flags,
+    YAML), a direct ``FinetuneConfig(...)`` in Python or ``dataclasses.replace``, so no path skips the checks."""
+
+    def __post_init__(self) -> None:
+        validate = getattr(self, "validate", None)
+        if validate:
+            validate()
+
+
 def _base_type(tp: Any) -> Any:
     """Strip Optional[...] / X | None to X."""
     origin = typing.get_origin(tp)
@@ -131,7 +141,7 @@ def build_config(cls: type[C], values: dict[str, Any], source: str = "options") 
         kwargs[k] = _coerce(v, types_[k], k)
     cfg = cls(**kwargs)
     validate = getattr(cfg, "validate", None)
-    if validate:
+    if validate and not isinstance(cfg, Validated):  # a Validated config checked itself when it was made
         validate()
     return cfg
 

@@ -32,6 +32,9 @@ class Structure:
     word_embeddings: str  # relative to the encoder
     head: tuple[str, ...] = ("classifier",)  # task-head modules, relative to the task model
     pooler: str | None = None  # relative to the encoder
+    embedding_extras: tuple[str, ...] = ()  # modules trained with the embeddings (ALBERT's projection to hidden)
+    fused_qkv: bool = False  # query, key and value are one projection (ModernBERT's Wqkv): no per-head surgery
+    shared_layers: bool = False  # one set of layer weights applied at every depth (ALBERT): no per-layer rates
 
     # ------------------------------------------------------------------ lookups
     def encoder(self, model: nn.Module) -> nn.Module:
@@ -93,6 +96,25 @@ STRUCTURES.add("mpnet", Structure(
     attn_layernorm="attention.LayerNorm", ffn_in="intermediate.dense", ffn_out="output.dense",
     ffn_layernorm="output.LayerNorm", word_embeddings="embeddings.word_embeddings",
     head=("classifier",), pooler="pooler"))
+STRUCTURES.add("xlm-roberta", Structure("xlm-roberta", "roberta", "embeddings", "encoder.layer",
+                                        word_embeddings="embeddings.word_embeddings", head=("classifier",),
+                                        **_BERT_LAYER))
+_DEBERTA_LAYER = {**_BERT_LAYER, "query": "attention.self.query_proj", "key": "attention.self.key_proj",
+                  "value": "attention.self.value_proj"}
+STRUCTURES.add("deberta-v2", Structure(  # DeBERTa-v2 and v3; its pooler sits on the task model, beside the head
+    "deberta-v2", "deberta", "embeddings", "encoder.layer", word_embeddings="embeddings.word_embeddings",
+    head=("pooler", "classifier"), **_DEBERTA_LAYER))
+STRUCTURES.add("modernbert", Structure(
+    "modernbert", "model", "embeddings", "layers", self_attention="attn", query="attn.Wqkv", key="attn.Wqkv",
+    value="attn.Wqkv", attn_output="attn.Wo", attn_layernorm="attn_norm", ffn_in="mlp.Wi", ffn_out="mlp.Wo",
+    ffn_layernorm="mlp_norm", word_embeddings="embeddings.tok_embeddings", head=("head", "classifier"),
+    fused_qkv=True))
+STRUCTURES.add("albert", Structure(
+    "albert", "albert", "embeddings", "encoder.albert_layer_groups.0.albert_layers", self_attention="attention",
+    query="attention.query", key="attention.key", value="attention.value", attn_output="attention.dense",
+    attn_layernorm="attention.LayerNorm", ffn_in="ffn", ffn_out="ffn_output", ffn_layernorm="full_layer_layer_norm",
+    word_embeddings="embeddings.word_embeddings", head=("classifier",), pooler="pooler",
+    embedding_extras=("encoder.embedding_hidden_mapping_in",), shared_layers=True))
 STRUCTURES.add("distilbert", Structure(
     "distilbert", "distilbert", "embeddings", "transformer.layer", self_attention="attention",
     query="attention.q_lin", key="attention.k_lin", value="attention.v_lin", attn_output="attention.out_lin",
@@ -100,14 +122,35 @@ STRUCTURES.add("distilbert", Structure(
     word_embeddings="embeddings.word_embeddings", head=("pre_classifier", "classifier")))
 
 
-def structure_of(model_or_config) -> Structure:
-    """The structure map for a model (or its config)."""
+def structure_of(model_or_config, feature: str | None = None) -> Structure:
+    """The structure map for a model (or its config). ``feature`` names what needs it (``--llrd``, ``--strategy
+    lora``, pruning...) for the one-line error on an architecture without a map."""
     config = getattr(model_or_config, "config", model_or_config)
     model_type = getattr(config, "model_type", None)
     if model_type not in STRUCTURES:
-        raise PtmlabError(f"architecture '{model_type}' has no structure map: supported families are "
-                          f"{', '.join(STRUCTURES.names())}")
+        need = f"{feature} needs to know where the layers are, but " if feature else ""
+        raise PtmlabError(f"{need}architecture '{model_type}' has no structure map (ptmlab/models/structure.py): "
+                          f"supported families are {', '.join(STRUCTURES.names())}")
     return STRUCTURES.get(model_type)
+
+
+def require_layers(model, feature: str) -> Structure:
+    """The structure map of a feature that treats each layer on its own (rates per layer, unfreezing by layer):
+    refused on an architecture without a map or with one set of weights shared by every layer (ALBERT)."""
+    s = structure_of(model, feature)
+    if s.shared_layers:
+        raise PtmlabError(f"{feature} needs separate weights per layer, but architecture '{s.family}' shares one "
+                          f"layer's weights across its depth: use --strategy full or lora with --llrd 1")
+    return s
+
+
+def require_split_qkv(model, feature: str) -> Structure:
+    """The structure map of a feature that cuts query, key and value apart (head pruning, head gates)."""
+    s = structure_of(model, feature)
+    if s.fused_qkv:
+        raise PtmlabError(f"{feature} needs separate query/key/value projections, but architecture '{s.family}' "
+                          f"fuses them into one ({s.query}): not supported for this architecture")
+    return s
 
 
 def model_dims(model) -> dict:

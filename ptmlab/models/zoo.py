@@ -8,6 +8,7 @@ load the same way.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,10 +52,23 @@ ZOO.add("tiny", ZooEntry("tiny", "random BERT, 2 layers, hidden 64, 4 heads, FFN
                                                           max_position_embeddings=512)))
 
 
+# a hub id: NAME (legacy ids such as bert-base-uncased) or OWNER/NAME, letters, digits, - _ . only
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+# what a hub model brings: configs, tokenizer files and safetensors weights (never pickles)
+HUB_FILES = ("*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "tokenizer*")
+
+
+def with_revision(name: str, revision: str | None) -> str:
+    """``NAME@REVISION`` for a hub id with ``--revision`` (the form ``resolve`` reads); ``name`` otherwise."""
+    return f"{name}@{revision}" if revision else name
+
+
 def resolve(name: str) -> tuple[str, ZooEntry | None]:
-    """A local model directory, a zoo name (``zoo:NAME`` is always the zoo), or a hub id (online) -> (path or id,
-    zoo entry or None). An existing directory always wins over a zoo name: a run directory named ``tiny`` is that run,
-    never the random zoo model."""
+    """A local model directory, a zoo name (``zoo:NAME`` is always the zoo), or a hub id -> (directory, zoo entry
+    or None). An existing directory always wins over a zoo name: a run directory named ``tiny`` is that run, never
+    the random zoo model. A hub id (``bert-base-uncased``, ``owner/name``, either with ``@REVISION``) resolves to
+    its snapshot in the local hub cache, fetched first when online (configs, tokenizer and safetensors files);
+    offline (HF_HUB_OFFLINE=1) an uncached id is a one-line error naming it."""
     if name.startswith("zoo:"):
         entry = ZOO.get(name[4:])
         return str(entry.locate()), entry
@@ -70,12 +84,36 @@ def resolve(name: str) -> tuple[str, ZooEntry | None]:
     if p.exists():
         raise PtmlabError(f"'{name}' is a file, not a model directory: pass a zoo name ({', '.join(ZOO.names())}) "
                           f"or a directory")
-    looks_like_hub = "/" in name and not name.startswith((".", "/", "~")) and name.count("/") == 1
-    if looks_like_hub and os.environ.get("HF_HUB_OFFLINE") != "1":
-        return name, None
-    hint = " (the hub is offline here)" if looks_like_hub else ""
-    raise PtmlabError(f"unknown model '{name}'{hint}: use a zoo name ({', '.join(ZOO.names())}), a model "
-                      f"directory, or a hub id when online")
+    repo, _, revision = name.partition("@")
+    if name.startswith((".", "/", "~")) or not HUB_ID.match(repo) or name.endswith("@"):
+        raise PtmlabError(f"unknown model '{name}': no such directory, zoo name ({', '.join(ZOO.names())}) or hub "
+                          f"id (NAME or OWNER/NAME, optionally @REVISION)")
+    return hub_snapshot(repo, revision or None), None
+
+
+def hub_snapshot(repo: str, revision: str | None = None) -> str:
+    """The local directory of hub model ``repo`` at ``revision`` (default: main)."""
+    from huggingface_hub import snapshot_download
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+    at = f" at revision '{revision}'" if revision else ""
+    try:
+        path = snapshot_download(repo, revision=revision, allow_patterns=list(HUB_FILES), local_files_only=offline)
+    except Exception as e:  # not cached, unknown id or revision, no network
+        if offline:
+            raise PtmlabError(f"unknown model '{repo}'{at}: no model directory or zoo name ({', '.join(ZOO.names())})"
+                              f", and as a hub id it is not in the local hub cache while the hub is offline "
+                              f"(HF_HUB_OFFLINE=1): load it once online (HF_HUB_OFFLINE=0) or pass a model "
+                              f"directory") from None
+        msg = (str(e).splitlines() or [type(e).__name__])[0][:200]
+        raise PtmlabError(f"cannot fetch hub model '{repo}'{at}: {msg} (check the id; a zoo name is one of "
+                          f"{', '.join(ZOO.names())})") from None
+    if not (Path(path) / "config.json").is_file():
+        raise PtmlabError(f"hub model '{repo}'{at} has no config.json: it is not a transformers model")
+    if not any(Path(path).glob("*.safetensors")):
+        raise PtmlabError(f"hub model '{repo}'{at} has no safetensors weights (ptmlab never loads pickle "
+                          f"checkpoints from the hub): choose a repository or revision with .safetensors files")
+    return str(path)
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")

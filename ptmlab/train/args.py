@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import Validated, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.data.labels import KIND_CHOICES
 from ptmlab.data.tasks import TASK_KINDS
 
 
 @dataclass(frozen=True)
-class ModelArgs:
+class ModelArgs(Validated):
     OPTION_GROUP = "model"
 
     model: str = opt("minilm", "zoo name (minilm, mpnet, tiny), model directory, run directory or hub id")
@@ -24,7 +24,7 @@ class ModelArgs:
 
 
 @dataclass(frozen=True)
-class DataArgs:
+class DataArgs(Validated):
     OPTION_GROUP = "data"
 
     task: str = opt("tweets", "task name (cola sst2 mrpc stsb rte wnli tweets), a name for --train-file data, "
@@ -114,7 +114,7 @@ STRATEGY_OPTIONS = ("strategy", "unfreeze_every", "adapter_size", "lora_r", "lor
 
 
 @dataclass(frozen=True)
-class TrainArgs:
+class TrainArgs(Validated):
     OPTION_GROUP = "training"
     FIELD_GROUPS = {**dict.fromkeys(("lr", "weight_decay", "warmup", "schedule", "stlr_cut_frac", "stlr_ratio",
                                      "max_grad_norm"), "optimizer and schedule"),
@@ -142,10 +142,16 @@ class TrainArgs:
     lora_r: int = opt(8, "LoRA rank")
     lora_alpha: int = opt(16, "LoRA scaling alpha")
     lora_dropout: float = opt(0.1, "LoRA dropout")
+    lora_target_modules: list[str] = opt([], "LoRA: names of the modules to adapt (e.g. query,key,value,dense; a "
+                                             "module matches when its name ends with one); default: the attention "
+                                             "query and value of the architecture's structure map")
     max_grad_norm: float = opt(1.0, "gradient clipping norm (0: off)")
     eval_steps: int = opt(0, "evaluate every N steps (0: at the end of each epoch)")
     save_steps: int = opt(0, "write a resumable checkpoint every N steps (0: at each evaluation)")
     logging_steps: int = opt(10, "log the training loss every N steps")
+    report_to: str = opt("none", "also send the log rows to an experiment tracker (accelerate's): none, "
+                                 "tensorboard, trackio, mlflow or wandb, written under RUN/tracking (pip install "
+                                 "ptmlab[NAME])", choices=["none", "tensorboard", "trackio", "mlflow", "wandb"])
     early_stopping: int = opt(0, "stop after N evaluations without improvement (0: off)")
     keep_best: bool = opt(True, "keep the best evaluated weights as the final model")
     seed: int = opt(42, "random seed for every RNG")
@@ -217,6 +223,9 @@ class MultiTaskArgs:
 
 @dataclass(frozen=True)
 class FinetuneConfig(TrainArgs, LongArgs, MultiTaskArgs, DataArgs, ModelArgs):  # flags: model, data, ..., training
+    revision: str | None = opt(None, "hub models: the branch, tag or commit to load (same as MODEL@REVISION)",
+                               group="model")
+
     def validate(self) -> None:
         self.validate_tasks()
         self.validate_data()

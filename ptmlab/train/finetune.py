@@ -24,21 +24,27 @@ def apply_recipes(cfg: FinetuneConfig) -> FinetuneConfig:
 
 
 def run_finetune(cfg: FinetuneConfig, resume: bool = False, command: str = "finetune", loss_fn=None,
-                 evaluator=None) -> dict:
+                 evaluator=None, source=None) -> dict:
     """Run (or resume) a fine-tuning job; returns the summary written to summary.json.
 
     ``loss_fn(model, batch) -> per-example losses`` replaces the task loss (recovery with a teacher, say);
-    ``evaluator(model) -> (metrics, predictions)`` replaces the dev evaluation (long documents read in chunks)."""
-    from ptmlab.models.zoo import load_tokenizer
+    ``evaluator(model) -> (metrics, predictions)`` replaces the dev evaluation (long documents read in chunks).
+    ``source``: data in memory (a Dataset, DatasetDict, DataFrame, list of dicts) instead of what ``cfg`` names."""
+    from ptmlab.models.zoo import load_tokenizer, with_revision
 
     cfg = apply_recipes(cfg)
     if getattr(cfg, "tasks", None):  # several tasks, one head each (ptmlab.train.multitask)
         from ptmlab.train.multitask import run_multitask_finetune
 
+        if source is not None:
+            from ptmlab.core.errors import PtmlabError
+
+            raise PtmlabError("multi-task fine-tuning (tasks=...) reads each task by name: drop the data object")
+
         return run_multitask_finetune(cfg, resume=resume, command=command, loss_fn=loss_fn)
     session = prepare_run(cfg, command, resume=resume)
-    data = load_task_data(cfg)  # all input checks happen before anything is written
-    tokenizer = load_tokenizer(cfg.model)
+    data = load_task_data(cfg, source=source)  # all input checks happen before anything is written
+    tokenizer = load_tokenizer(with_revision(cfg.model, getattr(cfg, "revision", None)))
     set_seed(cfg.seed)
     model = build_task_model(cfg, data)
     run = session.open()

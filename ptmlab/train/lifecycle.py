@@ -71,10 +71,11 @@ def prepare_run(cfg, command: str, *, resume: bool = False) -> RunSession:
 
 def build_task_model(cfg, data: TaskData):
     """``cfg.model`` with a head for ``data``'s task (labels, regression), dropout and random-init options."""
-    from ptmlab.models.zoo import load_model
+    from ptmlab.models.zoo import load_model, with_revision
 
     spec = data.spec
-    return load_model(cfg.model, num_labels=spec.num_labels, regression=spec.kind == "regression",
+    return load_model(with_revision(cfg.model, getattr(cfg, "revision", None)), num_labels=spec.num_labels,
+                      regression=spec.kind == "regression",
                       label_names=label_names(data), dropout=getattr(cfg, "dropout", None),
                       random_init=getattr(cfg, "random_init", False),
                       task_head=spec.kind if spec.kind in SPAN_KINDS else True)  # tags per token, QA spans
@@ -135,8 +136,16 @@ def fine_tune(model, tokenizer, data: TaskData, cfg, run: RunDir, *, enc: dict[s
     pad_id = (tokenizer.pad_token_id or 0) if tokenizer is not None else 0
     precision = resolve_precision(cfg.precision)
     evals: dict[int, tuple] = {}  # step -> (metrics, predictions): the final model reuses its evaluation
+    eval_time = [0.0]  # seconds spent evaluating: every dev evaluation and the test split
 
     def evaluate_dev(m):
+        t = time.perf_counter()
+        try:
+            return _evaluate_dev(m)
+        finally:
+            eval_time[0] += time.perf_counter() - t
+
+    def _evaluate_dev(m):
         if evaluator is not None:
             metrics, preds = evaluator(m)
         else:
@@ -168,18 +177,18 @@ def fine_tune(model, tokenizer, data: TaskData, cfg, run: RunDir, *, enc: dict[s
     if on_model is not None:
         on_model(final)
     final_step = state.best_step if cfg.keep_best and state.best_step is not None else state.step
-    t_eval = time.perf_counter()
     if final_step not in evals:  # kept before a resume: evaluated again (evaluate_dev files it under this step)
         evaluate_dev(final)
         final_step = trainer.state.step
     dev_metrics, dev_preds = evals[final_step]
-    eval_seconds = time.perf_counter() - t_eval
-    fit = FitResult(final, trainer, state, enc, precision, trainable, dict(dev_metrics), dev_preds,
-                    eval_seconds=eval_seconds)
+    fit = FitResult(final, trainer, state, enc, precision, trainable, dict(dev_metrics), dev_preds)
     run_test = cfg.test if test is None else test
     if run_test and "test" in enc:  # unlabelled test splits still get predictions (GLUE submissions)
+        t = time.perf_counter()
         fit.test_metrics, fit.test_preds = evaluate(final, enc["test"], spec, pad_id, cfg.eval_batch_size,
                                                     precision)
+        eval_time[0] += time.perf_counter() - t
+    fit.eval_seconds = eval_time[0]
     return fit
 
 

@@ -6,26 +6,23 @@ import math
 
 import torch
 
-from ptmlab.core.errors import PtmlabError
 from ptmlab.core.registry import Registry
 
 SCHEDULES: Registry = Registry("schedule")
 
 
-def depth_groups(model) -> list[tuple[str, list[str]]]:
+def depth_groups(model, feature: str = "grouping parameters by layer") -> list[tuple[str, list[str]]]:
     """Parameter names grouped from the top of the network down: head, layer L-1, ..., layer 0, embeddings.
 
-    Models without a structure map form a single group.
-    """
-    from ptmlab.models.structure import structure_of
+    ``feature`` (``--llrd``, ``--strategy gradual-unfreeze``, ...) needs the architecture's structure map: without
+    one (or with layers sharing their weights) it is a one-line error naming the feature and the architecture,
+    never a silent single group."""
+    from ptmlab.models.structure import require_layers
 
     names = [n for n, _ in model.named_parameters()]
-    try:
-        s = structure_of(model)
-    except PtmlabError:
-        return [("all", names)]
+    s = require_layers(model, feature)
     n_layers = s.num_layers(model)
-    emb_prefix = f"{s.base}.{s.embeddings}."
+    emb_prefix = tuple(f"{s.base}.{e}." for e in (s.embeddings, *s.embedding_extras))
     layer_of: dict[str, int] = {}
     for n in names:
         for i in range(n_layers):
@@ -40,16 +37,25 @@ def depth_groups(model) -> list[tuple[str, list[str]]]:
     return [g for g in groups if g[1]]
 
 
+def _has_map(model) -> bool:
+    from ptmlab.models.structure import STRUCTURES
+
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    return model_type in STRUCTURES and not STRUCTURES.get(model_type).shared_layers
+
+
 def _no_decay(name: str) -> bool:
     return name.endswith("bias") or "layernorm" in name.lower().replace("_", "")
 
 
 def build_optimizer(model, lr: float, weight_decay: float, llrd: float = 1.0) -> torch.optim.Optimizer:
     """AdamW with one pair of groups per depth; with ``llrd`` < 1 the rate shrinks by that factor per layer
-    below the top one (head and top layer: lr; layer i: lr * llrd**(L-1-i); embeddings: lr * llrd**L)."""
+    below the top one (head and top layer: lr; layer i: lr * llrd**(L-1-i); embeddings: lr * llrd**L). With
+    ``llrd`` 1 an architecture without a structure map trains as one group."""
     params = dict(model.named_parameters())
     groups = []
-    for depth, (gname, names) in enumerate(depth_groups(model)):
+    by_depth = depth_groups(model, "--llrd") if llrd != 1 or _has_map(model) else [("all", list(params))]
+    for depth, (gname, names) in enumerate(by_depth):
         scale = llrd ** max(depth - 1, 0)
         for decay in (True, False):
             ps = [params[n] for n in names if _no_decay(n) != decay]

@@ -51,7 +51,8 @@ def trainable_parameters(model) -> int:
 
 
 def _head_names(model) -> set[str]:
-    return set(depth_groups(model)[0][1]) if depth_groups(model)[0][0] == "head" else set()
+    groups = depth_groups(model, "--strategy frozen")
+    return set(groups[0][1]) if groups[0][0] == "head" else set()
 
 
 @STRATEGIES.register("full", help="train every parameter")
@@ -94,7 +95,7 @@ class GradualUnfreeze(Strategy):
     name = "gradual-unfreeze"
 
     def prepare(self, model):
-        self.groups = depth_groups(model)
+        self.groups = depth_groups(model, f"--strategy {self.name}")
         self.stage = -1
         return model
 
@@ -145,8 +146,18 @@ class Lora(Strategy):
     def prepare(self, model):
         from peft import LoraConfig, TaskType, get_peft_model
 
-        s = structure_of(model)
-        targets = sorted({s.query.split(".")[-1], s.value.split(".")[-1]})
+        s = structure_of(model, "--strategy lora")
+        # peft matches a module whose name ends with a target: the attention query/value by default
+        targets = list(self.cfg.lora_target_modules) if getattr(self.cfg, "lora_target_modules", None) else \
+            sorted({s.query.split(".")[-1], s.value.split(".")[-1]})
+        names = {n for n, _ in model.named_modules()}
+        missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+        if missing:
+            from ptmlab.core.errors import PtmlabError
+
+            linear = sorted({n.split(".")[-1] for n, m in model.named_modules() if type(m).__name__ == "Linear"})
+            raise PtmlabError(f"--lora-target-modules {','.join(missing)} names no module of this "
+                              f"'{s.family}' model: choose from {', '.join(linear)}")
         extra = [h.split(".")[-1] for h in s.head] + ([s.pooler] if s.pooler else [])
         conf = LoraConfig(task_type=TaskType.SEQ_CLS, r=self.cfg.lora_r, lora_alpha=self.cfg.lora_alpha,
                           lora_dropout=self.cfg.lora_dropout, target_modules=targets, modules_to_save=extra)
