@@ -24,7 +24,9 @@ class DistillArgs:
     alpha: float = opt(0.5, "soft_ce weight of the teacher term (1 - alpha goes to the hard labels)")
     relation_heads: int = opt(0, "minilm relation heads (0: the teacher's head count)")
     teacher_batch_size: int = opt(64, "batch size for computing teacher outputs")
-    teacher_cache: bool = opt(True, "keep teacher outputs on disk and reuse them across epochs and runs")
+    teacher_cache: bool = opt(True, "keep teacher outputs on disk (written batch by batch, read per batch) and "
+                                    "reuse them across epochs and runs; --no-teacher-cache runs the teacher on the "
+                                    "fly for every batch")
     intermediate_epochs: float = opt(0.0, "TinyBERT task stage: epochs on the layer losses alone before the "
                                           "prediction-layer (soft_ce) epochs")
     augment: int = opt(0, "TinyBERT augmentation: N extra copies of each training example with words replaced by "

@@ -61,7 +61,8 @@ class MetaKDArgs:
     gamma2: float = opt(0.5, "meta-distillation: weight of the transferable-knowledge MSE")
     temperature: float = opt(1.0, "soft-target temperature of the prediction loss")
     teacher_batch_size: int = opt(64, "batch size for computing teacher outputs")
-    teacher_cache: bool = opt(True, "keep teacher outputs on disk and reuse them")
+    teacher_cache: bool = opt(True, "keep teacher outputs on disk (written and read batch by batch) and reuse them; "
+                                    "--no-teacher-cache runs the meta-teacher on the fly for every batch")
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,23 @@ class MetaDistillObjective(nn.Module):
 
 
 # -------------------------------------------------------------------------------------------- the pipeline
+def distill_matches(layer_map_spec: str, s_info, t_info) -> list:
+    """The four package losses of meta-distillation over the layer map (the last layers must be paired)."""
+    from ptmlab.distill.maps import layer_map
+    from ptmlab.distill.matches import Match, check_matches
+
+    pairs = layer_map(layer_map_spec, s_info.layers, t_info.layers)
+    if pairs[-1] != (s_info.layers - 1, t_info.layers - 1):
+        raise PtmlabError(f"layer map '{layer_map_spec}' does not map the student's last layer to the teacher's: "
+                          f"the transferable-knowledge loss compares last layers (use uniform or last)")
+    matches = ([Match("embedding_mse", "embeddings")]
+               + [Match("hidden_mse", "hidden", s, t) for s, t in pairs]
+               + [Match("attention_mse", "attention", s, t) for s, t in pairs]
+               + [Match("soft_ce", "logits")])
+    check_matches(matches, s_info, t_info)
+    return matches
+
+
 def save_meta_teacher(path: Path, model, tokenizer, head: DomainHead, names: list[str]) -> None:
     from ptmlab.core.io import atomic_save_file, atomic_write_json
     from ptmlab.models.loader import save_model
@@ -209,12 +227,11 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill") -> d
     from ptmlab.core.rundir import RunDir
     from ptmlab.core.seed import set_seed
     from ptmlab.data.encode import encode_split
-    from ptmlab.distill.cache import teacher_outputs
+    from ptmlab.distill.cache import Shapes, check_fits, teacher_outputs
     from ptmlab.distill.domains import load_domains, resolve_domains
     from ptmlab.distill.embeddings import SentenceEncoder, encode_texts
     from ptmlab.distill.features import FeatureTap
-    from ptmlab.distill.maps import layer_map
-    from ptmlab.distill.matches import Match, ModelInfo, check_matches
+    from ptmlab.distill.matches import ModelInfo
     from ptmlab.distill.multilingual import device
     from ptmlab.distill.objective import DistillObjective
     from ptmlab.distill.report import write_distill_report
@@ -222,7 +239,7 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill") -> d
     from ptmlab.distill.teacher import fingerprint
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.train.evaluate import evaluate, predict_logits
-    from ptmlab.train.lifecycle import encode_task, fine_tune, finish_run, prepare_run
+    from ptmlab.train.lifecycle import encode_task, fine_tune, finish_run, mark_stage, prepare_run
 
     if not cfg.student.startswith(("layers:", "shrink:")):
         raise PtmlabError(f"student '{cfg.student}' is not built from the meta-teacher: use layers:K or shrink:...")
@@ -240,11 +257,20 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill") -> d
         tok = load_tokenizer(cfg.teacher)
         t_head = DomainHead(teacher.config.hidden_size, K)
     t_info = ModelInfo.of(teacher)
-    run = session.open()
     enc = encode_task(tok, pooled, cfg.max_length)
     domains = {s: torch.tensor(v) for s, v in dom_ids.items()}
+    keep = names if not cfg.student_domain else [cfg.student_domain]
+    data, d_ids = dd.pooled(keep, task="domains" if not cfg.student_domain else cfg.student_domain)
+    s_enc = encode_task(tok, data, cfg.max_length)
+    with torch.random.fork_rng():  # the student's shape, so the cache size is known before any work
+        s_info = ModelInfo.of(build_student(cfg.student, teacher, len(dd.labels), False, dd.labels))
+    matches = distill_matches(cfg.layer_map, s_info, t_info)
+    needs = {m.key for m in matches if m.feature != "logits"}
+    check_fits([(s_enc["train"], needs)], Shapes(teacher), cfg.teacher_cache, "meta-teacher outputs")
+    run = session.open()
 
     # 1. prototype scores from the base encoder's mean-pooled vectors
+    mark_stage(run, "prototype scores", examples=len(enc["train"]))
     base = SentenceEncoder(load_model(cfg.teacher, task_head=False), "mean").to(device())
     vecs = encode_texts(base, tok, pooled.splits["train"].text, cfg.max_length, cfg.teacher_batch_size, False)
     scores = torch.from_numpy(prototype_scores(vecs, dom_ids["train"], K, cfg.alpha))
@@ -253,6 +279,7 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill") -> d
     # 2. meta-teacher learning (all domains pooled)
     stage_log = []
     if not cfg.meta_teacher:
+        mark_stage(run, "meta_teacher", examples=len(enc["train"]))
         t_cfg = dataclasses.replace(cfg, epochs=cfg.teacher_epochs, lr=cfg.teacher_lr, max_steps=0, test=False,
                                     save_steps=10**9, keep_best=False)  # the head stays in step with the model
         tap = FeatureTap(teacher, {("hidden", t_info.layers - 1)}, who="teacher")
@@ -274,24 +301,12 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill") -> d
         p.requires_grad_(False)
 
     # 3. meta-distillation (all domains, or one)
-    keep = names if not cfg.student_domain else [cfg.student_domain]
-    data, d_ids = dd.pooled(keep, task="domains" if not cfg.student_domain else cfg.student_domain)
-    s_enc = encode_task(tok, data, cfg.max_length)
     sel = [i for i, k in enumerate(dom_ids["train"]) if names[k] in keep]
     s_scores = scores[sel]
     set_seed(cfg.seed)
     student = build_student(cfg.student, teacher, len(dd.labels), False, dd.labels)
     s_info = ModelInfo.of(student)
-    pairs = layer_map(cfg.layer_map, s_info.layers, t_info.layers)
-    if pairs[-1] != (s_info.layers - 1, t_info.layers - 1):
-        raise PtmlabError(f"layer map '{cfg.layer_map}' does not map the student's last layer to the teacher's: "
-                          f"the transferable-knowledge loss compares last layers (use uniform or last)")
-    matches = ([Match("embedding_mse", "embeddings")]
-               + [Match("hidden_mse", "hidden", s, t) for s, t in pairs]
-               + [Match("attention_mse", "attention", s, t) for s, t in pairs]
-               + [Match("soft_ce", "logits")])
-    check_matches(matches, s_info, t_info)
-    needs = {m.key for m in matches if m.feature != "logits"}
+    mark_stage(run, "teacher outputs", examples=len(s_enc["train"]), cache=cfg.teacher_cache)
     t_out = teacher_outputs(teacher, fingerprint(teacher), s_enc["train"], tok.pad_token_id or 0, needs, None,
                             cfg.teacher_batch_size, cfg.teacher_cache, "meta-teacher outputs")
     t_logits = t_out.logits(len(s_enc["train"]))
@@ -303,6 +318,7 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill") -> d
     base_obj = DistillObjective(student, matches, t_out, s_info, t_info, temperature=cfg.temperature, alpha=1.0)
     objective = MetaDistillObjective(base_obj, t_head, s_head, weights, torch.tensor(d_ids["train"]), t_out,
                                      s_info.layers - 1, t_info.layers - 1, cfg.gamma2)
+    mark_stage(run, "meta-distillation", examples=len(s_enc["train"]))
     fit = fine_tune(student, tok, data, cfg, run, enc=s_enc, loss_fn=objective, loss_module=objective,
                     on_model=lambda _m: objective.detach())
     per_domain = {}

@@ -39,7 +39,8 @@ class EmbedDistillArgs:
     dev_pairs: int = opt(500, "pairs held out (seeded) for model selection (at most a tenth of the data)")
     max_length: int = opt(64, "truncate sentences to this many tokens")
     teacher_batch_size: int = opt(128, "batch size for computing teacher vectors")
-    teacher_cache: bool = opt(True, "keep the teacher's vectors on disk and reuse them across runs")
+    teacher_cache: bool = opt(True, "keep the teacher's vectors on disk (read back per batch) and reuse them across "
+                                    "runs; --no-teacher-cache computes them on the fly")
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def run_embedding_distill(cfg: EmbedDistillConfig, command: str = "distill-embed
     from ptmlab.data.encode import encode_split
     from ptmlab.data.loaders import Split, TaskData
     from ptmlab.data.tasks import TaskSpec
-    from ptmlab.distill.cache import teacher_outputs
+    from ptmlab.distill.cache import Shapes, check_fits, teacher_outputs
     from ptmlab.distill.embeddings import encode_texts, load_sentence_model, pooling_fingerprint, save_sentence_model
     from ptmlab.distill.losses import load_losses
     from ptmlab.distill.parallel import pair_files, read_pairs
@@ -123,17 +124,17 @@ def run_embedding_distill(cfg: EmbedDistillConfig, command: str = "distill-embed
     tgt_enc = encode_split(s_tok, Split(tr_tgt), L)
     t_enc = encode_split(t_tok, Split(tr_src), L)
 
+    check_fits([(t_enc, set())], Shapes(teacher), cfg.teacher_cache, "teacher vectors")
     run = session.open()
     t_out = teacher_outputs(teacher, pooling_fingerprint(teacher), t_enc, t_tok.pad_token_id or 0, set(), None,
                             cfg.teacher_batch_size, cfg.teacher_cache, "teacher vectors")
-    teacher_vecs = t_out.logits(len(t_enc))
     t_dev = encode_texts(teacher, t_tok, dv_src, L, cfg.teacher_batch_size, normalize=False)
     mse = load_losses().get("sentence_mse").fn
     s_pad = s_tok.pad_token_id or 0
 
     def loss_fn(model, batch):
         idx = batch["index"].tolist()
-        target = teacher_vecs[idx].to(batch["input_ids"].device)
+        target = t_out.gather(("logits", -1), idx, 0).to(batch["input_ids"].device)
         s_src = model(**model_inputs(student, batch)).logits
         tb = {k: v.to(batch["input_ids"].device) for k, v in collate(tgt_enc, idx, s_pad).items()}
         s_tgt = model(**model_inputs(student, tb)).logits

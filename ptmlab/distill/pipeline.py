@@ -82,7 +82,7 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
     from ptmlab.data.encode import encode_split
     from ptmlab.data.metrics import compute_metrics
     from ptmlab.data.taskdata import label_names, load_task_data
-    from ptmlab.distill.cache import teacher_outputs
+    from ptmlab.distill.cache import Shapes, check_fits, teacher_outputs
     from ptmlab.distill.multitask import is_multitask_distill, run_multitask_distill
     from ptmlab.distill.objective import DistillObjective
     from ptmlab.distill.report import write_distill_report
@@ -90,7 +90,7 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
     from ptmlab.distill.teacher import fingerprint, load_teacher
     from ptmlab.models.zoo import load_tokenizer
     from ptmlab.train.evaluate import logits_to_predictions
-    from ptmlab.train.lifecycle import fine_tune, finish_run, prepare_run
+    from ptmlab.train.lifecycle import fine_tune, finish_run, mark_stage, prepare_run
 
     if not cfg.teacher:
         raise PtmlabError("no teacher: pass --teacher RUN_DIR (a fine-tuned run) or a model with a task head")
@@ -134,14 +134,16 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
         raise PtmlabError(f"layer losses compare token by token, but student '{cfg.student}' tokenizes differently "
                           f"from the teacher: use --losses soft_ce or a student on the teacher's tokenizer")
 
+    needs = {m.key for m in layer_matches}
+    check_fits([(t_train, needs), (t_dev, set())], Shapes(teacher, relation_heads), cfg.teacher_cache)
     run = session.open()
     fp = fingerprint(teacher)
-    needs = {m.key for m in layer_matches}
 
     def outputs(e, need, what):
         return teacher_outputs(teacher, fp, e, pad_t, need, relation_heads, cfg.teacher_batch_size,
                                cfg.teacher_cache, f"teacher outputs ({what})")
 
+    mark_stage(run, "teacher outputs", examples=len(t_train), cache=cfg.teacher_cache)
     t_out = outputs(t_train, needs, "train")
     teacher_dev_preds = logits_to_predictions(outputs(t_dev, set(), "dev").logits(len(t_dev)).numpy(), spec)
     teacher_metrics = compute_metrics(spec.metrics, teacher_dev_preds, enc["dev"].labels)
@@ -158,6 +160,7 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
     for stage in plan_stages(cfg, matches, train_enc, t_out, general):
         if not stage.final and resume:
             continue  # ran before the kill
+        mark_stage(run, stage.name, examples=len(stage.enc), resume=resume)
         objective = DistillObjective(student, stage.matches, stage.teacher_out, s_info, t_info, **kw)
         if stage.final:
             fit = fine_tune(student, s_tok, data, cfg, run, enc={**enc, "train": stage.enc}, loss_fn=objective,

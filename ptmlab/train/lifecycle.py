@@ -69,6 +69,12 @@ def prepare_run(cfg, command: str, *, resume: bool = False) -> RunSession:
     return RunSession(cfg, command, resume, main)
 
 
+def mark_stage(run: RunDir, stage: str, **info) -> None:
+    """A ``{"stage": ...}`` row in metrics.jsonl as a stage starts, so a run that is killed says where it was."""
+    if is_main_process():
+        run.log({"stage": stage, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **info})
+
+
 def build_task_model(cfg, data: TaskData):
     """``cfg.model`` with a head for ``data``'s task (labels, regression), dropout and random-init options."""
     from ptmlab.models.zoo import load_model, with_revision
