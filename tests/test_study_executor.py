@@ -1,0 +1,130 @@
+"""A study's grid through the executor: the sequential one runs in order in this process; the Ray one runs the same
+runs as tasks on a local two-worker cluster, writing the same run directories with the same numbers (bit for bit,
+when each run gets the threads the sequential run had), and either resumes the other's finished runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ptmlab.core.errors import PtmlabError
+from ptmlab.studies.executor import RayExecutor, Run, Sequential, executor_for, run_grid
+from tests.conftest import assert_clean_error, run_cli
+
+has_ray = importlib.util.find_spec("ray") is not None
+needs_ray = pytest.mark.skipif(not has_ray, reason="Ray is not installed (pip install 'ptmlab[ray]'): the Ray "
+                                                   "executor is an optional extra")
+
+
+def _write(run_dir: Path, value: int, log: list | None = None) -> int:
+    """A stand-in run: writes its directory, returns a number."""
+    if log is not None:
+        log.append(value)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "value.txt").write_text(str(value))
+    return value * value
+
+
+def _fail(run_dir: Path) -> None:
+    raise PtmlabError(f"--task in {run_dir.name} is not a task")
+
+
+class _Options:
+    executor = "sequential"
+
+
+def test_sequential_runs_in_the_order_given_and_returns_by_key(tmp_path):
+    log: list[int] = []
+    grid = {(s, v): Run(_write, tmp_path / f"{v}-{s}", (tmp_path / f"{v}-{s}", 10 * s + v, log))
+            for s in (2, 1) for v in (3, 4)}
+    done = run_grid(_Options(), grid)
+    assert log == [23, 24, 13, 14]  # today's loop order
+    assert done == {(2, 3): 529, (2, 4): 576, (1, 3): 169, (1, 4): 196}
+    assert (tmp_path / "4-1" / "value.txt").read_text() == "14"
+
+
+def test_two_runs_into_one_directory_are_refused(tmp_path):
+    runs = [Run(_write, tmp_path / "a", (tmp_path / "a", 1)), Run(_write, tmp_path / "b/../a", (tmp_path / "a", 2))]
+    with pytest.raises(PtmlabError, match="each run needs its own directory"):
+        Sequential().map(runs)
+    assert not (tmp_path / "a").exists()  # refused before anything ran
+
+
+def test_executor_options():
+    class Ray(_Options):
+        executor, ray_address, ray_workers, ray_cpus_per_run = "ray", None, 3, 0
+
+    ex = executor_for(Ray())
+    assert isinstance(ex, RayExecutor) and ex.workers == 3 and ex.cpus_per_run >= 1
+    assert RayExecutor(workers=2, cpus_per_run=4).cpus_per_run == 4
+    with pytest.raises(PtmlabError, match="--ray-workers 0"):
+        RayExecutor(workers=0)
+    with pytest.raises(PtmlabError, match="--ray-cpus-per-run -1"):
+        RayExecutor(cpus_per_run=-1)
+
+
+def test_ray_executor_without_ray_is_a_one_line_error(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    with pytest.raises(PtmlabError, match=r"pip install 'ptmlab\[ray\]'"):
+        RayExecutor().map([Run(_write, tmp_path / "a", (tmp_path / "a", 1))])
+
+
+def test_unknown_executor_is_a_clean_error(tmp_path):
+    assert_clean_error(run_cli("study", "random-init", "--budget", "small", "--executor", "dask", "--output",
+                               str(tmp_path)), "--executor", "dask")
+
+
+def _runs(out: Path) -> dict[str, dict]:
+    return {str(p.parent.relative_to(out)): json.loads(p.read_text()) for p in sorted(out.rglob("summary.json"))}
+
+
+@needs_ray
+def test_ray_grid_matches_the_sequential_run(tmp_path):
+    """``ptmlab study random-init --budget small --seeds 0,1`` (four fine-tunings of the tiny model; its pretrained
+    and random initialisations coincide, the seeds do not) on a local two-worker Ray cluster: the same table,
+    verdict and per-run numbers as the sequential executor, and the same weights to the bit (each Ray run has one
+    thread, so the sequential run is given one too)."""
+    study = ["study", "random-init", "--budget", "small", "--seeds", "0,1"]
+    seq, ray = tmp_path / "sequential", tmp_path / "ray"
+    p = run_cli(*study, "--output", str(seq), env={"OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    p = run_cli(*study, "--output", str(ray), "--executor", "ray", "--ray-workers", "2", "--ray-cpus-per-run", "1")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "ray: [4/4]" in p.stdout + p.stderr  # the runs went through the cluster
+
+    a, b = (json.loads((d / "results.json").read_text()) for d in (seq, ray))
+    assert a["rows"] == b["rows"] and a["verdict"] == b["verdict"] and a["outcome"] == b["outcome"]
+    runs_a, runs_b = _runs(seq), _runs(ray)
+    assert sorted(runs_a) == sorted(runs_b) == [f"tweets-{i}/seed-{s}" for i in ("pretrained", "random")
+                                                for s in (0, 1)]
+    for name, s in runs_a.items():
+        assert s["metrics"] == runs_b[name]["metrics"] and s["steps"] == runs_b[name]["steps"] == 4, name
+        assert (seq / name / "model.safetensors").read_bytes() == (ray / name / "model.safetensors").read_bytes()
+    # the seeds' runs differ: the grid did not run one seed twice
+    assert (ray / "tweets-random/seed-0/model.safetensors").read_bytes() != \
+        (ray / "tweets-random/seed-1/model.safetensors").read_bytes()
+
+    # the sequential executor resumes the Ray run's directories: nothing is trained again
+    stamp = {n: (ray / n / "model.safetensors").stat().st_mtime_ns for n in runs_b}
+    p = run_cli(*study, "--output", str(ray))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert {n: (ray / n / "model.safetensors").stat().st_mtime_ns for n in runs_b} == stamp
+    assert json.loads((ray / "results.json").read_text())["rows"] == a["rows"]
+
+
+@needs_ray
+def test_a_failing_ray_run_is_raised_as_its_own_error_after_the_others_finish(tmp_path):
+    import ray
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the stand-in runs live in this test module
+    runs = [Run(_fail, tmp_path / "bad", (tmp_path / "bad",)), Run(_write, tmp_path / "good", (tmp_path / "good", 3))]
+    try:
+        with pytest.raises(PtmlabError, match="--task in bad is not a task"):
+            RayExecutor(workers=2, cpus_per_run=1).map(runs)
+    finally:
+        ray.shutdown()
+    assert (tmp_path / "good" / "value.txt").read_text() == "3"  # the other run finished and was kept
