@@ -5,6 +5,11 @@ at all. Source: ACL 2021, Li, Zhu & Rudzicz, "How is BERT surprised? Layerwise d
 Paper: BLiMP best-layer accuracy BERT-base 0.742, RoBERTa-base 0.830; morphosyntactic anomalies peak in early-middle
 layers, semantic ones later; commonsense anomalies (Urbach & Kutas) give no surprisal at any layer.
 
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): the detector at the
+chosen variant and layer is above chance (0.5: the anomalous sentence of a pair picked at random) on the held-out
+phenomena, by its 95% bootstrap interval (``held_out_at_chosen_layer``): peak layers of a detector at chance mean
+nothing.
+
 Rule: variant and layer chosen on half the BLiMP phenomena, numbers from the other half; supported when the 95%
 bootstrap interval of (semantics peak layer - morphology peak layer) is above 0.5 AND the commonsense set's
 best-layer share of more-surprising anomalies has an interval below 0.65; not supported when either lies wholly on
@@ -60,6 +65,9 @@ CLAIM = Claim(
          "95% bootstrap interval of (semantics peak layer - morphology peak layer) is above 0.5 AND the commonsense "
          "set's best-layer share of more-surprising anomalies has an interval below 0.65; not supported when either "
          "lies wholly on the wrong side; otherwise inconclusive",
+    conditions=(
+        "held-out pair accuracy at the chosen layer above chance (0.5) by its 95% interval",
+    ),
 )
 SHARED = DEFAULT_TEXT_DIR.parent
 COMMONSENSE = "urbach-kutas"
@@ -232,5 +240,14 @@ def run(argv: list[str]) -> int:
                                     "odd positions report (held-out)",
                        "dev_phenomena": sorted(dev_names), "held_out_phenomena": sorted(held_names),
                        "pairs": {"dev": int(dev.sum()), "held_out": int(held.sum())}, "model": a.model},
-                claim=CLAIM, budget=a.budget, seeds=seeds)
+                claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (``held_out_at_chosen_layer``: value and interval)."""
+    from ptmlab.studies.verdict import Condition
+
+    held = record.get("held_out_at_chosen_layer") if isinstance(record.get("held_out_at_chosen_layer"), dict) else {}
+    return [Condition.check("held-out pair accuracy at the chosen layer, lower end of its 95% interval",
+                            held.get("low"), ">", 0.5)]

@@ -171,16 +171,16 @@ def trivial_scores(task: str, max_eval: int | None = 0, seeds=(0,), glue_dir: st
         return None
     if data.spec.kind == "regression":
         return {"pearson": 0.0, "spearman": 0.0, "combined": 0.0}
-    acc, f1 = [], []
+    acc, f1, n = [], [], 0
     for seed in seeds or (0,):
         labels = [int(x) for x in subset(data.splits["dev"], max_eval or None, int(seed)).label or []]
         if not labels:
             return None
-        counts = Counter(labels)
+        counts, n = Counter(labels), len(labels)
         acc.append(counts.most_common(1)[0][1] / len(labels))
         pos = counts.get(1, 0)
         f1.append(2 * pos / (pos + len(labels)) if pos else 0.0)  # all-positive: precision pos/n, recall 1
-    out = {"accuracy": sum(acc) / len(acc), "mcc": 0.0}
+    out = {"accuracy": sum(acc) / len(acc), "mcc": 0.0, "n": n}
     if data.spec.num_labels == 2:
         out["f1"] = sum(f1) / len(f1)
     return out
@@ -439,3 +439,18 @@ def task_of(record: dict, default: str = "sst2") -> str:
         if w.startswith("--task="):
             return w.split("=", 1)[1]
     return default
+
+
+def one_model_above(record: dict, task: str, metric: str, value, what: str) -> list:
+    """For a study of one model (no seeds to repeat): its ``metric`` on ``task`` minus the trivial predictor's, above
+    two standard errors of a proportion over the dev examples (``2 √(p(1-p)/n)``, p the trivial score)."""
+    import math
+
+    from ptmlab.studies.verdict import Condition
+
+    t = trivial_scores(task, eval_size(record), (record.get("run") or {}).get("seeds") or [0]) or {}
+    trivial, n = t.get(metric), t.get("n")
+    gap = float(value) - float(trivial) if isinstance(value, int | float) and trivial is not None else None
+    need = 2 * math.sqrt(max(trivial, 0.01) * (1 - min(trivial, 0.99)) / n) if trivial is not None and n else None
+    return [Condition.check(f"{task} {metric} of {what} minus the trivial predictor"
+                            + (f" {trivial:.4f}" if trivial is not None else ""), gap, ">", need)]

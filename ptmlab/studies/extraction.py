@@ -7,6 +7,10 @@ with no real data copies a served fine-tuned BERT classifier with RANDOM word-se
 with the victim on over 90% of the dev set (SST-2, BERT-large victim 93.1%: RANDOM queries as many as the training
 set give a copy of about 90% accuracy, Table 2).
 
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): the victim is above the
+task's trivial predictor (majority-class accuracy) by more than two standard errors of a proportion over the dev
+examples (one victim, no seeds to repeat): copying a victim that has learnt nothing shows nothing.
+
 Verdict rule (written before the runs): the copy trained on the largest --budgets of RANDOM queries, without
 defences, is compared with the victim on every dev example (1 when their labels agree, else 0); the mean agreement
 gets a 95% bootstrap interval over the dev examples. Supported when the interval lies above 0.90; not supported when
@@ -55,6 +59,10 @@ CLAIM = Claim(
          "(a constant copy would agree as much). The claim is made for a budget as large as the training set: a "
          "smaller --budgets can only answer for that budget, and the results say which. The defences and adaptive "
          "attacks are measured beside it (agreement and cost to legitimate users), not part of the rule.",
+    conditions=(
+        "the victim above the task's majority-class accuracy by more than two standard errors over the dev "
+        "examples",
+    ),
 )
 THRESHOLD = 0.90
 
@@ -183,7 +191,7 @@ def run(argv: list[str]) -> int:
     verdict = decide(dev_agreement(out / f"random-{top}") if "random" in a.strategies else None, top, rows)
     write_study(out, f"Study: model extraction ({a.model} copy of {a.victim} on {a.task})", rows, verdict,
                 [(_curve_plot(rows), "agreement_curve", "agreement with the victim against the query budget")],
-                extra={"largest_budget": top}, claim=CLAIM, budget=a.budget, seeds=[a.seed])
+                extra={"largest_budget": top}, claim=CLAIM, budget=a.budget, seeds=[a.seed], validity=validity)
     return 0
 
 
@@ -249,3 +257,11 @@ def _curve_plot(rows: list[dict]):
     ax.legend()
     return fig
 
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (rows' ``victim_accuracy``)."""
+    from ptmlab.studies.common import one_model_above, task_of
+
+    victim = next((r.get("victim_accuracy") for r in record.get("rows") or []
+                   if isinstance(r.get("victim_accuracy"), int | float)), None)
+    return one_model_above(record, task_of(record), "accuracy", victim, "the victim")

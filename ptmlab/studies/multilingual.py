@@ -6,6 +6,10 @@ distilled on the training pairs (Multi30k en-de and en-fr by default) and measur
 deu/fra-eng and Multi30k val (bitext retrieval accuracy, both directions), and on STS-B dev (Spearman of cosine,
 no fine-tuning) beside the teacher.
 
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): the judged student's
+English STS-B Spearman is above 0 (a constant embedding) by a t interval over seeds: English quality can only be
+kept by a student that has some.
+
 Verdict rule (written before the runs): the student judged is chosen before Tatoeba is looked at: the one with the
 highest mean retrieval accuracy on the development sets (Multi30k val, the evaluation pairs after the first two;
 with one student or no development set, the first of --students). Per seed, its gain is its mean Tatoeba retrieval
@@ -47,6 +51,9 @@ CLAIM = Claim(
          "lies above +10 points and the English change's above -0.03; not supported when the gain's interval lies "
          "below +10 points or the English change's below -0.03; inconclusive otherwise, with one seed (--budget "
          "small), or without STS-B data (English unmeasured).",
+    conditions=(
+        "the judged student's STS-B Spearman above 0 by a t interval over seeds",
+    ),
 )
 GAIN_POINTS, STS_DROP = 10.0, 0.03
 
@@ -149,7 +156,7 @@ def run(argv: list[str]) -> int:
     v = decide(rows, list(a.students))
     write_study(out, f"Study: multilingual distillation ({a.teacher})", rows, v,
                 extra={"judged_student": choose_student(rows, list(a.students))},
-                claim=CLAIM, budget=a.budget, seeds=[int(s) for s in a.seeds])
+                claim=CLAIM, budget=a.budget, seeds=[int(s) for s in a.seeds], validity=validity)
     return 0
 
 
@@ -199,3 +206,13 @@ def decide(rows: list[dict], students: list[str]) -> Verdict:
         english = decide_above(mean_interval([x - t_sts for x in s_sts], "STS-B Spearman change"), -STS_DROP)
     joined = combine([retrieval, english])
     return Verdict(joined.outcome, f"teacher {teacher:.2f}% Tatoeba retrieval; {joined.reason}", gain)
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (rows: model, seed, ``sts_spearman``; the judged student)."""
+    from ptmlab.studies.verdict import seed_interval_above
+
+    rows = record.get("rows") or []
+    best = record.get("judged_student")
+    scores = [_sts_of(rows, best, s) for s in _seeds(rows, best)] if best else []
+    return [seed_interval_above([x for x in scores if x is not None], 0.0, f"STS-B Spearman of {best}")]

@@ -5,6 +5,11 @@ Source: Q15 (Kovaleva et al. 2019, "Revealing the Dark Secrets of BERT"; Hao et 
 pretrained vs randomly initialised on GLUE: pretraining ahead on every task, by a few points (MRPC) to tens of points
 (STS-B, CoLA).
 
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): on every task the
+pretrained model is above the task's trivial predictor (majority-class accuracy, the all-positive F1, MCC 0,
+correlation 0) by a t interval over seeds (``per_seed``); a randomly initialised model at chance is what the claim
+expects, not a fault of the comparison.
+
 Rule: per seed, pretrained minus random averaged over the tasks; 95% t interval over seeds: supported when above 0,
 not supported when below 0, inconclusive when it includes 0 (ties at a degenerate score are flagged, not counted as
 losses).
@@ -50,6 +55,9 @@ CLAIM = Claim(
     rule="per seed, pretrained minus random averaged over the tasks; 95% t interval over seeds: supported when above "
          "0, not supported when below 0, inconclusive when it includes 0 (ties at a degenerate score are flagged, "
          "not counted as losses)",
+    conditions=(
+        "on every task, the pretrained model above the task's trivial predictor by a t interval over seeds",
+    ),
 )
 
 
@@ -110,14 +118,15 @@ def run(argv: list[str]) -> int:
         est = paired_seeds(score["pretrained"], score["random"], f"{t} {metric} margin")
         rows.append({"task": t, "metric": metric, "pretrained": float(np.mean(score["pretrained"])),
                      "random": float(np.mean(score["random"])), "margin": est.value,
-                     "low": _finite(est.low), "high": _finite(est.high), "degenerate_tie": degenerate(score)})
+                     "low": _finite(est.low), "high": _finite(est.high), "degenerate_tie": degenerate(score),
+                     "per_seed": {k: [round(x, 4) for x in v] for k, v in score.items()}})
     v = decide(margins)
     fig = bar_plot([f"{r['task']} {k}" for r in rows for k in ("pretrained", "random")],
                    [r[k] for r in rows for k in ("pretrained", "random")], "dev metric",
                    f"{a.model}: {a.max_train} examples, {a.epochs:g} epochs, {len(seeds)} seed(s)")
     write_study(out, f"Study: pretrained vs random init ({a.model})", rows, v,
                 [(fig, "random_init", "dev metric per task and initialisation (mean over seeds)")],
-                claim=CLAIM, budget=a.budget, seeds=seeds)
+                claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
 
 
@@ -140,3 +149,15 @@ def decide(scores: dict[str, dict[str, list[float]]]) -> Verdict:
     ties = [t for t, s in scores.items() if degenerate(s)]
     note = f" ({', '.join(ties)}: both initialisations at the same score, uninformative)" if ties else ""
     return Verdict(v.outcome, f"{v.reason} over {len(scores)} task(s){note}", est)
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (rows: one per task with ``per_seed`` scores)."""
+    from ptmlab.studies.common import above_trivial, eval_size
+
+    conds = []
+    for r in record.get("rows") or []:
+        ps = (r.get("per_seed") or {}).get("pretrained") if isinstance(r.get("per_seed"), dict) else None
+        conds += above_trivial(record, str(r.get("task")), str(r.get("metric") or "accuracy"),
+                               {"the pretrained model": ps or []}, eval_size(record, 500))
+    return conds or above_trivial(record, "", "accuracy", {"the pretrained model": []})

@@ -6,6 +6,10 @@ compute budget, parameters and training steps should grow together, so the loss-
 (Kaplan: N_opt ∝ C^0.73; Hoffmann: C^0.50). Q19 (Kaplan et al. 2020; Li et al. 2020, "Train large, then compress"):
 larger models reach a given loss in fewer steps and can even be faster in wall-clock time.
 
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): pre-training moved the
+held-out loss clearly below the unigram cross-entropy of the held-out text (``unigram_entropy``): the largest
+budget's best loss below 0.9 of it, so that sizes are compared off the unigram plateau.
+
 Verdict rule (fixed before the runs; ``ptmlab.scaling.analysis`` and ``decide``): Q8 compares the optimum set of
 sizes (final held-out losses tied within --loss-tolerance or two standard errors across seeds) at the smallest and
 the largest budget: supported when every optimal size at the largest budget is larger than every optimal size at the
@@ -54,6 +58,9 @@ CLAIM = Claim(
          "it needs at least as many; else inconclusive. With one seed the seed noise of the losses is unmeasured and "
          "both parts are inconclusive. The claim is supported when both parts are, not supported when either is not, "
          "inconclusive otherwise; Q19's wall-clock half is reported beside it.",
+    conditions=(
+        "the largest budget's best held-out loss below 0.9 x the unigram cross-entropy of the held-out text",
+    ),
 )
 
 SMALL = dict(sizes=["1x16", "2x32", "2x64"], budgets=["1e9", "2.5e9", "6e9"], block_size=32, batch_size=16,
@@ -154,5 +161,19 @@ def run(argv: list[str]) -> int:
     v = decide(r["q8"], r["q19"]["tokens"], len(seeds), r["q8"].get("growth"))
     extra["sweep_verdict"] = r["verdict"]  # the sweep's own text, both Q19 halves included
     write_study(out, "Study: scaling (Q8, Q19)", r["rows"], v, figures, extra=extra, columns=columns, claim=CLAIM,
-                budget=a.budget, seeds=seeds)
+                budget=a.budget, seeds=seeds, validity=validity)
     return 0
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (rows: ``budget``, ``eval_loss``; ``unigram_entropy``)."""
+    from ptmlab.studies.pretrain_common import UNIGRAM_RATIO
+    from ptmlab.studies.verdict import Condition
+
+    rows = [r for r in record.get("rows") or [] if isinstance(r.get("eval_loss"), int | float)]
+    top = max((r.get("budget") or 0 for r in rows), default=None)
+    best = min((float(r["eval_loss"]) for r in rows if r.get("budget") == top), default=None)
+    entropy = record.get("unigram_entropy")
+    ratio = best / float(entropy) if best is not None and isinstance(entropy, int | float) and entropy else None
+    return [Condition.check("best held-out loss at the largest budget / unigram cross-entropy", ratio, "<",
+                            UNIGRAM_RATIO)]

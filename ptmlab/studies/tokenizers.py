@@ -6,6 +6,11 @@ BPE, WordPiece and Unigram at one vocabulary size (monolingual), the same three 
 same size (a multilingual tokenizer of equal capacity), and measures them with minilm's (English) and XLM-R's
 (multilingual, 250,002 pieces) tokenizers on held-out text of each language.
 
+Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): every language-specific
+tokenizer is compared with multilingual rivals of comparable size: its vocabulary at least a quarter of the largest
+rival's (the paper's monolingual tokenizers, about 30k pieces, against mBERT's 120k); an 8k-piece stand-in against a
+250k-piece pretrained tokenizer measures vocabulary size, not language specificity.
+
 Verdict rule (written before the runs): for every language, tokenizer type and multilingual rival (the joint
 tokenizer of the same type and size, and each pretrained tokenizer named in --multilingual), the differences rival
 minus language-specific in fertility (pieces per word) and in the share of continued words are measured on that
@@ -46,6 +51,9 @@ CLAIM = Claim(
          "corpus-level difference). Supported when every interval lies above 0; not supported when any interval lies "
          "below 0 (a multilingual tokenizer segments that language more economically); inconclusive otherwise. The "
          "Q5 note (Unigram against BPE fertility) is reported beside it.",
+    conditions=(
+        "every language-specific tokenizer's vocabulary at least 0.25 of the largest multilingual rival's",
+    ),
 )
 
 
@@ -151,7 +159,7 @@ def run(argv: list[str]) -> int:
                        "summary": summary_text(rows, types, list(train_specs), rivals, a.vocab_size)},
                 claim=CLAIM, budget=a.budget, seeds=None,
                 columns=["lang", "tokenizer", "kind", "vocab_size", "fertility", "continued_words",
-                         "whole_words", "unk_rate", "chars_per_token"])
+                         "whole_words", "unk_rate", "chars_per_token"], validity=validity)
     return 0
 
 
@@ -251,3 +259,18 @@ def _q5_note(at: dict, langs: list[str]) -> str:
     if not notes:
         return ""
     return (" Q5 (tokenization only; the downstream half comes with pretraining): " + "; ".join(notes) + ".")
+
+
+MIN_VOCAB_RATIO = 0.25   # the paper's monolingual (~30k) against mBERT's (~120k) pieces
+
+
+def validity(record: dict) -> list:
+    """The conditions of ``CLAIM`` on a results record (rows: ``kind`` and ``vocab_size`` per tokenizer)."""
+    from ptmlab.studies.verdict import Condition
+
+    rows = [r for r in record.get("rows") or [] if isinstance(r.get("vocab_size"), int | float)]
+    mine = [r["vocab_size"] for r in rows if r.get("kind") == "language-specific"]
+    rivals = [r["vocab_size"] for r in rows if r.get("kind") and r.get("kind") != "language-specific"]
+    ratio = min(mine) / max(rivals) if mine and rivals else None
+    return [Condition.check("smallest language-specific vocabulary / largest multilingual rival's", ratio, ">=",
+                            MIN_VOCAB_RATIO)]
