@@ -128,3 +128,28 @@ def test_a_failing_ray_run_is_raised_as_its_own_error_after_the_others_finish(tm
     finally:
         ray.shutdown()
     assert (tmp_path / "good" / "value.txt").read_text() == "3"  # the other run finished and was kept
+
+
+def test_study_all_hands_the_executor_to_every_study(tmp_path, monkeypatch):
+    from ptmlab.commands.study import SUITE_COMMANDS
+    from ptmlab.core.registry import Registry
+    from ptmlab.studies import suite
+
+    reg: Registry = Registry("study")
+    seen: list[list[str]] = []
+
+    @reg.register("stand-in")
+    def stand_in(argv):
+        seen.append(argv)
+        raise PtmlabError("stopped here")
+
+    suite.run_all(tmp_path / "a", "small", studies=reg, options=["--executor", "ray", "--ray-workers", "3"])
+    assert seen == [["--budget", "small", "--output", str(tmp_path / "a" / "stand-in"), "--executor", "ray",
+                     "--ray-workers", "3"]]
+
+    calls = []
+    monkeypatch.setattr(suite, "run_all", lambda *a, **k: calls.append(k.get("options")) or [])
+    SUITE_COMMANDS["all"](["--output", str(tmp_path / "b"), "--executor", "ray", "--ray-address", "10.0.0.1:6379"])
+    SUITE_COMMANDS["all"](["--output", str(tmp_path / "c")])
+    assert calls == [["--executor", "ray", "--ray-workers", "2", "--ray-cpus-per-run", "0", "--ray-address",
+                      "10.0.0.1:6379"], []]

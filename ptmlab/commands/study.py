@@ -28,6 +28,7 @@ def _names(text: str) -> list[str]:
 def run_all(argv: list[str]) -> int:
     from ptmlab.report.table import print_table
     from ptmlab.studies.common import BUDGETS
+    from ptmlab.studies.executor import EXECUTORS
     from ptmlab.studies.suite import FAILED, run_all, summary_rows
 
     p = ArgParser(prog="ptmlab study all", description="Run every registered study into OUTPUT/<study>/; "
@@ -38,8 +39,20 @@ def run_all(argv: list[str]) -> int:
     p.add_argument("--output", default="runs/studies", help="directory for the studies' results")
     p.add_argument("--only", type=_names, default=None, help="comma-separated studies to run (default: all)")
     p.add_argument("--overwrite", action="store_true", help="rerun studies that already finished")
+    p.add_argument("--executor", default="sequential", choices=EXECUTORS,
+                   help="how each study's independent runs are run: sequential (one after another, here) or ray "
+                        "(as tasks on a Ray cluster; pip install 'ptmlab[ray]')")
+    p.add_argument("--ray-address", default=None,
+                   help="with --executor ray: an existing cluster's address (default: start a local one)")
+    p.add_argument("--ray-workers", type=int, default=2, help="with --executor ray: runs at once on the local "
+                                                              "cluster")
+    p.add_argument("--ray-cpus-per-run", type=int, default=0, help="with --executor ray: cores (and torch "
+                   "threads) per run (0: this machine's cores divided by --ray-workers)")
     a = p.parse_args(argv)
-    runs = run_all(a.output, a.budget, a.only, a.overwrite)
+    options = [] if a.executor == "sequential" else [
+        "--executor", a.executor, "--ray-workers", str(a.ray_workers), "--ray-cpus-per-run", str(a.ray_cpus_per_run),
+        *(["--ray-address", a.ray_address] if a.ray_address else [])]
+    runs = run_all(a.output, a.budget, a.only, a.overwrite, options=options)
     print(f"\nstudies in {a.output} (budget {a.budget}):")
     print_table(summary_rows(runs))
     failed = [r.name for r in runs if r.status == FAILED]

@@ -73,9 +73,10 @@ def outcome_of(results: dict | None) -> str:
 
 
 def run_all(out: Path, budget: str = "default", only: list[str] | None = None, overwrite: bool = False,
-            studies: Registry | None = None) -> list[StudyRun]:
-    """Run every selected study into ``out/<study>/`` with ``--budget``; returns one ``StudyRun`` per study and
-    writes ``out/suite.json`` after each (so an interrupted suite still says what it did)."""
+            studies: Registry | None = None, options: list[str] | None = None) -> list[StudyRun]:
+    """Run every selected study into ``out/<study>/`` with ``--budget`` (and ``options``, flags every study
+    takes, such as ``--executor ray``); returns one ``StudyRun`` per study and writes ``out/suite.json`` after each
+    (so an interrupted suite still says what it did)."""
     if budget not in BUDGETS:
         raise PtmlabError(f"--budget '{budget}' is not a budget: choose from {', '.join(BUDGETS)}")
     if studies is None:
@@ -90,14 +91,15 @@ def run_all(out: Path, budget: str = "default", only: list[str] | None = None, o
     runs: list[StudyRun] = []
     for i, name in enumerate(names, 1):
         print(f"\n=== study {i}/{len(names)}: {name} (budget {budget}) ===", flush=True)
-        runs.append(_run_one(studies, name, out / name, budget, overwrite))
+        runs.append(_run_one(studies, name, out / name, budget, overwrite, options or []))
         if runs[-1].status == FAILED:
             print(f"study {name} failed: {runs[-1].error}", flush=True)
         _write_suite(out, budget, runs)
     return runs
 
 
-def _run_one(studies: Registry, name: str, study_dir: Path, budget: str, overwrite: bool) -> StudyRun:
+def _run_one(studies: Registry, name: str, study_dir: Path, budget: str, overwrite: bool,
+             options: list[str]) -> StudyRun:
     results_file = study_dir / "results.json"
     prior = None if overwrite else read_results(results_file)
     prior_budget = budget_of(prior) if prior is not None else None
@@ -106,7 +108,7 @@ def _run_one(studies: Registry, name: str, study_dir: Path, budget: str, overwri
         return StudyRun(name, RESUMED, 0.0, outcome_of(prior))
     if prior is not None:
         print(f"{results_file} was written with budget {prior_budget}: rerunning with budget {budget}")
-    argv = ["--budget", budget, "--output", str(study_dir)]
+    argv = ["--budget", budget, "--output", str(study_dir), *options]
     if overwrite or prior is not None:
         argv.append("--overwrite")  # finished variants of another budget must not be reused
     start = time.perf_counter()
