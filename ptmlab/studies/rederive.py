@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.io import atomic_write_json
+from ptmlab.studies.common import output_of
 from ptmlab.studies.verdict import INCONCLUSIVE, OUTCOMES, Estimate, Verdict, detectable_effect
 
 RESULTS = Path("studies/results")
@@ -84,7 +85,7 @@ def recorded_rule(record: dict) -> Verdict:
 
 def rederive_record(name: str, record: dict, studies=None) -> dict:
     """``record`` judged again from its own numbers (see the module docstring)."""
-    from ptmlab.studies.common import judge, output_of, portable
+    from ptmlab.studies.common import judge, portable
 
     module = module_of(name, studies)
     restate = getattr(module, "restate", None)
@@ -96,8 +97,18 @@ def rederive_record(name: str, record: dict, studies=None) -> dict:
     if claim is not None:
         base["claim"] = claim.to_dict()
     verdict = judge(rule, base, getattr(module, "validity", None), claim)
-    new = {**base, **verdict.to_dict(), "verdict": verdict.text()}
-    return portable(new, output_of(record))
+    new = portable({**base, **verdict.to_dict(), "verdict": verdict.text()}, output_of(record))
+    return _rename_output(new, f"runs/{name}")
+
+
+def _rename_output(record: dict, label: str) -> dict:
+    """``record`` with its run's output folder (and paths under it) named ``label``: a committed result names its
+    study, not the scratch folder it was run in."""
+    out = output_of(record)
+    if not out or out == label:
+        return record
+    text = re.sub(re.escape(out) + r'(?=[/" ])', label, json.dumps(record))
+    return json.loads(text)
 
 
 def rederive(results_dir: Path = RESULTS, only: list[str] | None = None, write: bool = True,

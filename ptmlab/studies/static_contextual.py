@@ -53,6 +53,7 @@ CLAIM = Claim(
         "every system on every task above the task's trivial predictor (majority-class accuracy) by a t "
         "interval over seeds",
     ),
+    paper_effect=0.02,
 )
 GLUE_TASKS = ["sst2", "cola"]
 
