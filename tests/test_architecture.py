@@ -1,6 +1,6 @@
 """The layering of ptmlab (docs/ARCHITECTURE.md): every module imports only its own floor or lower floors.
 
-    core -> data, models, report -> train (and the demo registry) -> capabilities -> studies -> commands -> cli
+    core -> data, models, report -> train -> capabilities -> studies -> commands -> cli
 
 A capability may use another capability only through a documented public function (listed in PUBLIC below), and
 never imports studies or commands. The check reads every ``import`` statement (top level and inside functions)
@@ -22,7 +22,7 @@ ROOT = Path(ptmlab.__file__).parent
 FLOORS = {
     "core": 0,
     "data": 1, "models": 1, "report": 1,
-    "train": 2, "demo": 2,
+    "train": 2,
     "distill": 3, "compress": 3, "analysis": 3, "tokenization": 3, "serve": 3, "extraction": 3,
     "pretrain": 3, "clean": 3, "longseq": 3,
     "scaling": 3,

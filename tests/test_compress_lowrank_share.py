@@ -237,14 +237,14 @@ def test_demo_stages_prune_and_quantize_on_tiny(tmp_path, monkeypatch):
     from ptmlab.compress import demo_stages
     from ptmlab.compress.demo_stages import _test_metrics, pruned_stage, quantized_stage
     from ptmlab.data.loaders import subset
-    from ptmlab.demo import DEMO_STAGE_MODULES, DemoContext
     from ptmlab.models.latency import size_on_disk_mb
+    from ptmlab.train.demo import DEMO_STAGES, DemoContext
 
     split, spec = demo_stages._test_split()
     small = subset(split, 300, 0)  # the demo scores the whole test split; 300 tweets keep this test short
     monkeypatch.setattr(demo_stages, "_test_split", lambda: (small, spec))
     monkeypatch.setattr(demo_stages, "RECOVERY_DEV", 100)
-    assert "ptmlab.compress.demo_stages" in DEMO_STAGE_MODULES
+    assert {"pruned", "quantized"} <= set(DEMO_STAGES.names())
     torch.manual_seed(0)
     run = tmp_path / "demo"
     base, tok = load_model("tiny", num_labels=3).eval(), load_tokenizer("tiny")

@@ -191,6 +191,25 @@ print(json.dumps(out))
             assert (lg - ref).abs().max() < 0.05, (name, lg, ref)
 
 
+def test_exported_tokenizers_load_with_no_prompt_and_no_warning(exports):
+    """``AutoTokenizer.from_pretrained(EXPORT)`` without trust_remote_code, stdin closed (a prompt would read EOF
+    and fail), in a fresh process: a stock tokenizer, nothing on stderr about custom code or model types, also
+    for the exports that carry modelling code."""
+    root = exports["root"]
+    dirs = [str(root / f"{k}-transformers") for k in KINDS if (k, "transformers") in exports["infos"]]
+    assert any((Path(d) / "modeling_ptmlab.py").is_file() for d in dirs)
+    code = ("import sys\nfrom transformers import AutoTokenizer\n"
+            "for d in sys.argv[1:]:\n    t = AutoTokenizer.from_pretrained(d)\n"
+            "    print(type(t).__name__, t('a wonderful film')['input_ids'][:2])\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "warning"}
+    proc = subprocess.run([sys.executable, "-c", code, *dirs], cwd=root, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split("\n")[:len(dirs)] == ["BertTokenizer [101, 1037]"] * len(dirs), proc.stdout
+    for needle in ("custom code", "trust_remote_code", "model of type"):
+        assert needle not in proc.stderr, proc.stderr[-2000:]
+
+
 def test_torch_int8_reloads_in_ptmlab_with_int8_weights(exports):
     from safetensors import safe_open
 

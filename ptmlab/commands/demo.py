@@ -52,11 +52,13 @@ def run(args: argparse.Namespace) -> int:
     summary = run_finetune(cfg, command="demo")
     from pathlib import Path
 
+    from ptmlab.compress import demo_stages  # noqa: F401  (registers the pruned and quantized stages)
     from ptmlab.core.rundir import RunDir
     from ptmlab.data.loaders import load_task
-    from ptmlab.demo import DemoContext, run_stages, variants_section
+    from ptmlab.distill import demo_stage  # noqa: F401  (registers the distilled stage)
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.report.run_report import write_run_report
+    from ptmlab.train.demo import DemoContext, run_stages, variants_section
 
     run_dir = Path(d.output)
     ctx = DemoContext(d, run_dir, summary)

@@ -36,7 +36,8 @@ class SwapArgs:
     output: str = opt("", "output directory for the model with its new tokenizer")
 
 
-_FILES_HELP = ("text, comma-separated (or space-separated): files, .gz files, folders, or built-in corpora tatoeba:LANG, multi30k:LANG[:SPLIT], "
+_FILES_HELP = ("text, comma-separated (or space-separated): files, .gz files, folders, or built-in corpora "
+               "tatoeba:LANG, multi30k:LANG[:SPLIT], "
                "tweets, wordfreq:LANG[:N]")
 
 

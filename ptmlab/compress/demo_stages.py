@@ -7,7 +7,7 @@ the same whole test split as the fine-tuned model.
 
 from __future__ import annotations
 
-from ptmlab.demo import DEMO_STAGES, DemoContext
+from ptmlab.train.demo import DEMO_STAGES, DemoContext
 
 RECOVERY_EXAMPLES = 1000
 RECOVERY_DEV = 500  # dev tweets the recovery run checks itself on

@@ -3,7 +3,7 @@ it to the demo's variant table (test metric, parameters, latency, speed-up)."""
 
 from __future__ import annotations
 
-from ptmlab.demo import DEMO_STAGES, DemoContext
+from ptmlab.train.demo import DEMO_STAGES, DemoContext
 
 
 @DEMO_STAGES.register("distilled", help="2-layer student distilled from the fine-tuned model")

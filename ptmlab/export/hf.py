@@ -3,9 +3,14 @@
 Where the model's modifications are expressible in its family's stock configuration (none at all, or pruning that
 leaves every layer with all its heads and the same FFN width, possibly with fewer layers) the directory is a plain
 ``save_pretrained`` one with adjusted sizes. Otherwise the two template files in ``templates/`` are copied beside
-the weights (one line naming the family's stock classes set) and registered through the config's ``auto_map``, so
-``from_pretrained(DIR, trust_remote_code=True)`` rebuilds the architecture with torch and transformers alone. The
-weights are ptmlab's own state dict: the template reproduces ptmlab's module names.
+the weights (one line naming the family's stock classes set) and the model class is registered through the
+config's ``auto_map``, so ``from_pretrained(DIR, trust_remote_code=True)`` rebuilds the architecture with torch and
+transformers alone. The weights are ptmlab's own state dict: the template reproduces ptmlab's module names.
+
+config.json keeps the family's ``model_type`` and maps no ``AutoConfig`` to the modelling code: the configuration
+is a stock one with ptmlab's extra fields, so ``AutoConfig`` and ``AutoTokenizer`` (which reads the config to pick
+the tokenizer) load the directory without running its code, with no prompt and no warning; only the model class
+needs ``trust_remote_code=True``.
 
 Uniform *head* pruning is not stock: transformers derives the head size from ``hidden_size / num_attention_heads``,
 so a layer with fewer heads of the original size needs the modelling code.
@@ -22,8 +27,7 @@ from ptmlab.models.structure import structure_of
 
 TEMPLATES = Path(__file__).parent / "templates"
 REMOTE_KINDS = ("structured_prune", "low_rank", "layer_sharing", "ghost", "adapter", "rnn_student")
-AUTO_MAP = {"AutoConfig": "configuration_ptmlab.PtmlabConfig",
-            "AutoModelForSequenceClassification": "modeling_ptmlab.PtmlabForSequenceClassification"}
+AUTO_MAP = {"AutoModelForSequenceClassification": "modeling_ptmlab.PtmlabForSequenceClassification"}
 
 
 def modifications(model) -> list[dict]:
@@ -101,7 +105,7 @@ def write_transformers(model, tokenizer, out: Path) -> dict:
                           f"classification models of a supported family can be exported")
     save_model(model, tokenizer, out)
     cfg = json.loads((out / "config.json").read_text())
-    cfg.update(model_type="ptmlab", auto_map=AUTO_MAP, architectures=["PtmlabForSequenceClassification"],
+    cfg.update(auto_map=AUTO_MAP, architectures=["PtmlabForSequenceClassification"],
                ptmlab_structure=structure_paths(model), ptmlab_base_model_type=model.config.model_type)
     atomic_write_json(out / "config.json", cfg)
     conf = (TEMPLATES / "configuration_ptmlab.py").read_text()

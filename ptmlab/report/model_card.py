@@ -39,9 +39,14 @@ def _read_yaml(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+# training state beside the model while a run finishes (the card is written before best.safetensors is removed)
+TRAINING_FILES = ("optimizer.safetensors", "rng.safetensors", "best.safetensors")
+
+
 def weight_files(path: Path) -> list[Path]:
+    """The model's weight files: training state (``TRAINING_FILES``) is neither counted nor sized."""
     return sorted(f for f in path.iterdir() if f.is_file() and f.suffix in WEIGHT_SUFFIXES
-                  and f.name not in ("optimizer.safetensors", "rng.safetensors"))
+                  and f.name not in TRAINING_FILES)
 
 
 def count_parameters(path: Path) -> int | None:

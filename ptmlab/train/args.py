@@ -176,6 +176,7 @@ class TrainArgs(Validated):
     test: bool = opt(True, "evaluate on the test split at the end when it has labels")
 
     def validate_train(self) -> None:
+        from ptmlab.train.device import resolve_device
         from ptmlab.train.optim import SCHEDULES
         from ptmlab.train.strategies import STRATEGIES
 
@@ -197,6 +198,7 @@ class TrainArgs(Validated):
         if self.weight_decay < 0:
             raise PtmlabError(f"--weight-decay must be >= 0, got {self.weight_decay}")
         SCHEDULES.get(self.schedule)
+        resolve_device(self.device)  # an absent --device cuda/mps fails here, before the run directory is made
         for s in self.strategy.split("+"):
             STRATEGIES.get(s)
 

@@ -4,6 +4,9 @@
 A stage is ``fn(ctx: DemoContext) -> list[dict]`` registered in ``DEMO_STAGES``; each returned row comes from
 ``ctx.variant(...)`` (metrics, parameters, size) and describes one variant with the keys of ``VARIANT_COLUMNS``.
 Stages run in registration order after fine-tuning; then ``ctx.time_variants`` times every variant side by side.
+
+The registry lives here, below the capabilities: a capability registers its stages by importing this module, and
+``ptmlab demo`` (a command, above them all) imports the capabilities' stage modules, so imports only flow down.
 """
 
 from __future__ import annotations
@@ -14,10 +17,6 @@ from pathlib import Path
 from ptmlab.core.registry import Registry
 
 DEMO_STAGES: Registry = Registry("demo stage")
-DEMO_STAGE_MODULES: list[str] = [  # modules that register stages (added by the distillation/compression work)
-    "ptmlab.distill.demo_stage",
-    "ptmlab.compress.demo_stages",
-]
 VARIANT_COLUMNS = ["variant", "accuracy", "macro_f1", "params", "size_mb", "latency_b1_ms", "latency_b32_ms",
                    "speedup_b32"]
 
@@ -61,10 +60,7 @@ class DemoContext:
 
 
 def run_stages(ctx: DemoContext) -> None:
-    import importlib
-
-    for module in DEMO_STAGE_MODULES:
-        importlib.import_module(module)
+    """Every registered stage in order (the caller imports the modules that register them)."""
     for name, stage in DEMO_STAGES.items():
         print(f"demo stage: {name}")
         ctx.variants.extend(stage(ctx))

@@ -14,8 +14,9 @@ from ptmlab.models.loader import model_inputs
 
 
 def autocast_ctx(precision: str, device: torch.device):
-    if precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    if precision in ("bf16", "fp16"):
+        return torch.autocast(device_type=device.type,
+                              dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
     import contextlib
 
     return contextlib.nullcontext()
@@ -26,6 +27,8 @@ def resolve_precision(precision: str, device: torch.device | None = None) -> str
     if precision != "auto":
         return precision
     device = device or torch.device("cpu")
+    if device.type == "mps":
+        return "fp32"
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
     try:

@@ -29,6 +29,7 @@ from ptmlab.data.batching import collate, shard, train_batches
 from ptmlab.data.encode import Encoded
 from ptmlab.models.loader import model_inputs
 from ptmlab.train.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from ptmlab.train.device import grad_scaler, resolve_device
 from ptmlab.train.evaluate import autocast_ctx, resolve_precision
 from ptmlab.train.optim import build_optimizer, build_scheduler, clipped_step
 from ptmlab.train.spans import is_span_batch, span_task_loss
@@ -62,6 +63,7 @@ class LoopState:
     bad_evals: int = 0
     stopped_early: bool = False
     last_eval: dict = field(default_factory=dict)
+    grad_scaler: dict = field(default_factory=dict)  # --precision fp16: the loss scale, resumed with the run
 
 
 class Trainer:
@@ -86,11 +88,13 @@ class Trainer:
         self.evaluate_fn = evaluate_fn
         self.main_metric = main_metric
         self.sign = 1.0 if greater_is_better else -1.0
-        self.precision = resolve_precision(cfg.precision)
         # cpu=True where there is no GPU: Accelerate then joins a torchrun group over gloo (MULTI_CPU). Mixed
         # precision is our own autocast around the loss, so several Trainers with different precisions can live
         # in one process (Accelerate's state is a process-wide singleton).
-        self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
+        device = resolve_device(getattr(cfg, "device", "auto"))  # mps: Accelerate's choice when cpu=False
+        self.accelerator = Accelerator(cpu=device == "cpu")
+        self.precision = resolve_precision(cfg.precision, self.accelerator.device)
+        self.scaler = grad_scaler(self.precision, self.accelerator.device)  # fp16: loss scaling
         self.world = self.accelerator.num_processes
         self.rank = self.accelerator.process_index
 
@@ -138,11 +142,15 @@ class Trainer:
         ckpt = find_checkpoint(self.run.path)
         loop = load_checkpoint(ckpt, self._load_model_state, self.optimizer, self.scheduler)
         self.state = LoopState(**loop)
+        if self.scaler and self.state.grad_scaler:
+            self.scaler.load_state_dict(self.state.grad_scaler)
         if self.accelerator.is_main_process:
             self.run.truncate_metrics(self.state.step)
         self.accelerator.wait_for_everyone()
 
     def _checkpoint(self) -> None:
+        if self.scaler:
+            self.state.grad_scaler = self.scaler.state_dict()
         if self.accelerator.is_main_process:
             save_checkpoint(self.run.path, self._model_state(), self.optimizer, self.scheduler,
                             self.state.__dict__)
@@ -194,15 +202,30 @@ class Trainer:
                 with autocast_ctx(self.precision, device):
                     per_ex = self.loss_fn(self.model, batch)
                 loss = per_ex.sum() * (weight * self.world / n_total)
-                self.accelerator.backward(loss)
+                self.accelerator.backward(self.scaler.scale(loss) if self.scaler else loss)
             if weight:
                 loss_sum += per_ex.detach().float().sum()
                 n_local += len(local)
         self.strategy.apply_frozen(self.model)
-        clipped_step(self.optimizer, self.cfg.max_grad_norm)
-        self.scheduler.step()
+        if self.scaler is None:
+            clipped_step(self.optimizer, self.cfg.max_grad_norm)
+            self.scheduler.step()
+        elif self._scaled_step():  # a step skipped for inf/nan gradients leaves the schedule where it was
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss_sum, n_local
+
+    def _scaled_step(self) -> bool:
+        """fp16: unscale the gradients, clip them, step unless they overflowed, adapt the loss scale. Returns
+        whether the optimizer stepped."""
+        self.scaler.unscale_(self.optimizer)
+        if self.cfg.max_grad_norm:
+            params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+            torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+        scale = self.scaler.get_scale()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return self.scaler.get_scale() >= scale
 
     def _evaluate(self) -> bool:
         """Evaluate, log, keep the best weights; returns True when early stopping says stop."""

@@ -1,9 +1,10 @@
 """Configuration of a model exported by ptmlab whose architecture the stock transformers classes cannot express.
 
-This file is copied into the exported directory and registered through ``auto_map`` in config.json, so
-``AutoConfig.from_pretrained(DIR, trust_remote_code=True)`` reads it without ptmlab installed. The configuration
-is the stock configuration of the model's family (the line naming ``BASE_CONFIG`` is set at export) plus three
-fields: ``ptmlab_modifications`` (the architectural changes, replayed in order by modeling_ptmlab.py),
+This file is copied into the exported directory beside modeling_ptmlab.py, whose model class names it as its
+``config_class``. config.json keeps the family's own ``model_type`` (so ``AutoConfig`` and ``AutoTokenizer`` load the
+directory without running this code); the configuration is the stock configuration of the model's family (the line
+naming ``BASE_CONFIG`` is set at export) plus three fields:
+``ptmlab_modifications`` (the architectural changes, replayed in order by modeling_ptmlab.py),
 ``ptmlab_structure`` (where layers, projections and the encoder live in this family) and ``ptmlab_base_model_type``.
 """
 
