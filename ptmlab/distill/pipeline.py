@@ -17,6 +17,7 @@ import numpy as np
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.rundir import RunDir
 from ptmlab.core.seed import set_seed
+from ptmlab.data.tasks import SPAN_KINDS
 from ptmlab.distill.config import DistillConfig
 from ptmlab.distill.matches import Match, ModelInfo, check_matches, default_matches, parse_losses, parse_matches
 
@@ -98,6 +99,10 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
         return run_multitask_distill(cfg, command, resume)
     session = prepare_run(cfg, command, resume=resume)
     data = load_task_data(cfg)
+    if data.spec.kind in SPAN_KINDS:  # soft targets per word, or over start and end positions
+        from ptmlab.distill.spans import run_span_distill
+
+        return run_span_distill(cfg, session, data, command, resume)
     spec, labels, regression = data.spec, label_names(data), data.spec.kind == "regression"
     teacher = load_teacher(cfg.teacher, spec, labels)
     t_tok = load_tokenizer(cfg.teacher)

@@ -97,3 +97,116 @@ def evaluate_span(model, feats, spec, batch_size: int = 64, precision: str = "fp
     metrics.update({f"f1_{t}": v["f1"] for t, v in sorted(s["per_type"].items())})
     return metrics, preds
 
+
+
+# ------------------------------------------------------------------------------------------------- predictions
+def span_kind(model_dir) -> str | None:
+    """token-classification or extractive-qa when the saved model in ``model_dir`` has that head, else None."""
+    import json
+    from pathlib import Path
+
+    from ptmlab.models.loader import SAVED_HEADS
+
+    f = Path(model_dir).expanduser() / "config.json"
+    if not f.is_file():
+        return None
+    try:
+        arch = (json.loads(f.read_text()).get("architectures") or [""])[0]
+    except (json.JSONDecodeError, OSError, AttributeError):
+        return None
+    return next((kind for suffix, kind in SAVED_HEADS.items() if arch.endswith(suffix)), None)
+
+
+def tag_words(model, tokenizer, sentences: list[list[str]], max_length: int = 128, batch_size: int = 64,
+              precision: str = "fp32") -> list[dict]:
+    """``{"tokens", "tags", "scores"}`` per sentence: a tag per word (read at its first sub-token) and its
+    probability; words past ``max_length`` sub-tokens are tagged O with score null."""
+    import numpy as np
+
+    from ptmlab.data.tokens import TokenSplit, encode_tokens
+
+    labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    feats = encode_tokens(tokenizer, TokenSplit(sentences, None, list(range(len(sentences)))), max_length)
+    out = []
+    for lg, words, toks in zip(span_logits(model, feats, batch_size, precision, desc="predict"), feats.word_ids,
+                               sentences, strict=True):
+        probs = np.exp(lg - lg.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        tags, scores, seen = ["O"] * len(toks), [None] * len(toks), set()
+        for pos, w in enumerate(words):
+            if w is not None and w not in seen:
+                seen.add(w)
+                best = int(probs[pos].argmax())
+                tags[w], scores[w] = labels[best], round(float(probs[pos, best]), 4)
+        out.append({"tokens": list(toks), "tags": tags, "scores": scores})
+    return out
+
+
+def answer_questions(model, tokenizer, split, max_length: int = 384, doc_stride: int = 128, batch_size: int = 64,
+                     precision: str = "fp32", n_best: int = 20, max_answer_length: int = 30) -> list[dict]:
+    """``{"id", "answer", "start", "end", "score", "probability"}`` per question: the best span of its context
+    (``answer == context[start:end]``)."""
+    from ptmlab.data.qa import qa_features
+
+    feats = qa_features(tokenizer, split, max_length, doc_stride, train=False, where="input")
+    logits = span_logits(model, feats, batch_size, precision, desc="predict")
+    answers = best_answers(split, feats, [x[0] for x in logits], [x[1] for x in logits], n_best, max_answer_length)
+    return [{"id": split.ids[i] if split.ids else i, "answer": a.text, "start": a.start, "end": a.end,
+             "score": round(a.score, 4), "probability": round(a.probability, 4)} for i, a in enumerate(answers)]
+
+
+def token_inputs(source) -> list[list[str]]:
+    """Sentences to tag: a CoNLL file (first column), or rows with a ``tokens`` list or a ``text`` string (split on
+    whitespace) from a jsonl/csv/parquet file or an object (a list of token lists, a list of strings)."""
+    from pathlib import Path
+
+    from ptmlab.core.errors import PtmlabError
+    from ptmlab.data.tokens import TABLE_SUFFIXES, read_conll, sentences_from_rows
+
+    if isinstance(source, str | Path) and Path(source).suffix.lower() not in TABLE_SUFFIXES:
+        return [s.tokens for s in read_conll(Path(source).expanduser(), 0, None)]
+    if isinstance(source, list) and all(isinstance(x, str) for x in source):
+        return [x.split() for x in source]
+    if isinstance(source, list) and all(isinstance(x, list | tuple) for x in source):
+        return [[str(t) for t in x] for x in source]
+    if isinstance(source, str | Path):
+        from ptmlab.data.sources import read_file
+
+        table = read_file(Path(source).expanduser())
+    else:
+        from ptmlab.data.sources import table_of
+
+        table = table_of(source)
+    if "tokens" in table.columns:
+        sents = [s.tokens for s in sentences_from_rows(table.rows, table.where, "tokens", None, table.first_line)]
+    elif "text" in table.columns:
+        sents = [str(r.get("text") or "").split() for r in table.rows]
+    else:
+        raise PtmlabError(f"{table.where}: rows need 'tokens' (a list of words) or 'text' (columns: "
+                          f"{', '.join(table.columns)})")
+    for i, s in enumerate(sents):
+        if not s:
+            raise PtmlabError(f"{table.where}: example {i} has no words: give every row some")
+    return sents
+
+
+def predict_spans(run_dir: str, kind: str, cfg, run_cfg: dict, source=None) -> list[dict]:
+    """``ptmlab predict`` for a token-classification or QA run: tags per word, or answers with scores and character
+    offsets. Inputs are read and checked before the model loads."""
+    from ptmlab.core.errors import PtmlabError
+    from ptmlab.data.qa import DEFAULT_MAX_LENGTH, read_qa_source
+    from ptmlab.models.zoo import load_model, load_tokenizer
+
+    src = cfg.input or source
+    if src is None:
+        raise PtmlabError("nothing to predict: pass --input FILE")
+    recorded = int(run_cfg.get("max_length") or 128)
+    if kind == "extractive-qa":
+        split = read_qa_source(src, labelled=False)
+        length = cfg.max_length or (DEFAULT_MAX_LENGTH if recorded == 128 else recorded)
+        model, tok = load_model(run_dir), load_tokenizer(run_dir)
+        return answer_questions(model, tok, split, length, int(run_cfg.get("doc_stride") or 128), cfg.batch_size,
+                                cfg.precision)
+    sentences = token_inputs(src)
+    model, tok = load_model(run_dir), load_tokenizer(run_dir)
+    return tag_words(model, tok, sentences, cfg.max_length or recorded, cfg.batch_size, cfg.precision)
