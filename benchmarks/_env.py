@@ -1,5 +1,7 @@
 """Set-up shared by every benchmark script: offline defaults (before anything imports transformers), quiet progress
-bars, and the repository root on sys.path (for a Python without ptmlab installed)."""
+bars, and the repository root on sys.path (for a Python without ptmlab installed); and what every result records:
+its default name ``BENCHMARK.MACHINE.json`` (``result_path``), the machine and library versions (``machine_info``),
+and paths relative to the project or the data folder, never absolute (``portable``)."""
 
 import os
 import platform
