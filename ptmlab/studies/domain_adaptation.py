@@ -37,7 +37,8 @@ from pathlib import Path
 from ptmlab.core.config import build_config, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import StudyArgs, finetune_variant, parse_study_args, write_study
+from ptmlab.studies.common import StudyArgs, finetune_run, parse_study_args, write_study
+from ptmlab.studies.executor import Run, run_grid
 from ptmlab.studies.pretrain_common import (
     SMALL_FINETUNE,
     check_seeds,
@@ -170,14 +171,23 @@ def run(argv: list[str]) -> int:
     out = Path(a.output)
     per_seed = []
     seeds = check_seeds(a.seeds)
-    for t in targets(a, out):
+    tgts = targets(a, out)
+    # two rounds: the baselines with the continued pre-training, then the fine-tunings that start from the latter
+    first = {}
+    for t in tgts:
         for seed in seeds:
-            base = finetune_variant(a, out / f"{t.name}-base-seed{seed}", seed=seed, test=True, **t.data)
-            mlm = adapt(a, t, out / f"{t.name}-mlm-seed{seed}", seed)
-            adapted = finetune_variant(a, out / f"{t.name}-adapted-seed{seed}", model=str(out / f"{t.name}-mlm-"
-                                                                                           f"seed{seed}"),
-                                       seed=seed, test=True, **t.data)
-            m = mlm["metrics"]
+            first[t.name, seed, BASE] = finetune_run(a, out / f"{t.name}-base-seed{seed}", seed=seed, test=True,
+                                                     **t.data)
+            mlm_dir = out / f"{t.name}-mlm-seed{seed}"
+            first[t.name, seed, "mlm"] = Run(adapt, mlm_dir, (a, t, mlm_dir, seed))
+    first = run_grid(a, first)
+    second = run_grid(a, {(t.name, seed): finetune_run(a, out / f"{t.name}-adapted-seed{seed}",
+                                                       model=str(out / f"{t.name}-mlm-seed{seed}"), seed=seed,
+                                                       test=True, **t.data) for t in tgts for seed in seeds})
+    for t in tgts:
+        for seed in seeds:
+            base, adapted = first[t.name, seed, BASE], second[t.name, seed]
+            m = first[t.name, seed, "mlm"]["metrics"]
             per_seed.append({"domain": t.name, "seed": seed, BASE: score(base), CLAIMED: score(adapted),
                              "mlm_initial_eval_loss": m["initial_eval_loss"], "mlm_eval_loss": m["eval_loss"],
                              "mlm_tokens": m["tokens"]})
