@@ -97,8 +97,8 @@ def is_fragment(message: str) -> bool:
     choice is an upper-case placeholder."""
     if "the following arguments are required" in message or "expected one argument" in message:
         return True
-    choice = re.search(r"invalid choice: '([^']*)'", message)
-    return bool(choice and choice.group(1).isupper())
+    choice = re.search(r"invalid choice: '([^']*)'|unknown study '([^']*)'", message)
+    return bool(choice and (choice.group(1) or choice.group(2)).isupper())
 
 
 def test_the_extractor_finds_commands_in_code_blocks_and_spans(tmp_path):
@@ -122,6 +122,8 @@ def test_the_check_catches_a_renamed_option_and_an_unknown_study(monkeypatch):
     assert "no-such-study" in parse_error(["study", "no-such-study", "--seeds", "0"], monkeypatch)
     assert is_fragment("error: the following arguments are required: RUN_DIR (see 'ptmlab serve --help')")
     assert not is_fragment("error: unrecognized arguments: --x (see 'ptmlab --help')")
+    assert is_fragment("PtmlabError: unknown study 'NAME': choose from: anomaly, ghost")  # a placeholder
+    assert not is_fragment("PtmlabError: unknown study 'gohst': choose from: anomaly, ghost")
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
