@@ -84,6 +84,8 @@ def reference() -> str:
     parts = [MARKER, "", "## Command reference", "",
              "Every command with its arguments, as `ptmlab COMMAND --help` prints them. `ptmlab --help` lists the "
              "verbs:", "", "```text", help_of([]).rstrip(), "```", ""]
+    titles = [" ".join(["ptmlab", *argv]) for argv in cmds]
+    parts += ["Commands: " + " ·\n".join(f"[`{t}`](#{t.replace(' ', '-')})" for t in titles) + ".", ""]
     for argv in cmds:
         title = " ".join(["ptmlab", *argv])
         summary = COMMAND_HELP.get(argv[0], "") if len(argv) == 1 else ""  # the one-line help of ptmlab --help
