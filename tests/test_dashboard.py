@@ -209,7 +209,7 @@ def test_claims_table_in_the_readme(results, tmp_path):
     a, b, c, d = NAMES[:4]
     est = expected[a][1]
     assert f"{est.value:.4f} [{est.low:.4f}, {est.high:.4f}]" in rows[a] and "**supported**" in rows[a]
-    assert rows[a].count(" | ") == 6
+    assert rows[a].count(" | ") == 7  # eight columns, "could detect" among them
     assert f"({Path(root.name) / a / 'results.json'})" in rows[a].replace("../", "")
     assert f"**{expected[b][0]}**" in rows[b] and "**inconclusive**" in rows[c]
     assert "**unrated**: the old style verdict." in rows[d] and "two sentences" not in rows[d]
@@ -229,7 +229,7 @@ def test_markdown_escapes_pipes(results):
     from dataclasses import replace
 
     table = markdown_table([replace(entries[0], claim="a | b")])
-    assert "a \\| b" in table and table.splitlines()[2].count(" | ") == 6
+    assert "a \\| b" in table and table.splitlines()[2].count(" | ") == 7
 
 
 def test_claims_table_script(results, tmp_path):

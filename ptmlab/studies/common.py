@@ -328,16 +328,18 @@ def write_study(out: Path, title: str, rows: list[dict], verdict, figures=(), ex
     ``judge`` turns them into the outcome: ``cannot test`` when a condition is unmet. results.json carries the
     outcome, the validity block, the detectable effect and the run's metadata (command, versions, machine, budget,
     seeds), with machine paths made portable: the schema the dashboard reads."""
-    from ptmlab.studies.verdict import run_metadata
+    from ptmlab.studies.verdict import Verdict, run_metadata
 
     out.mkdir(parents=True, exist_ok=True)
     record = {"title": title, "rows": rows, **(extra or {})}
     if claim is not None:
         record["claim"] = claim.to_dict()
     record["run"] = run_metadata(budget, seeds)
-    verdict = judge(verdict, record, validity, claim)
-    record.update(verdict.to_dict())
-    record["verdict"] = verdict.text()
+    if isinstance(verdict, Verdict):  # a string (no rule) stays an unrated sentence
+        verdict = judge(verdict, record, validity, claim)
+        record.update(verdict.to_dict())
+    text = verdict.text() if isinstance(verdict, Verdict) else str(verdict)
+    record["verdict"] = text
     record = portable(record, out)
     atomic_write_json(out / "results.json", record)
     rep = Report(title)
@@ -346,25 +348,22 @@ def write_study(out: Path, title: str, rows: list[dict], verdict, figures=(), ex
         if claim.conditions:
             rep.text("Validity conditions: " + "; ".join(claim.conditions))
         rep.text(f"Rule: {claim.rule}")
-    rep.heading("Verdict").text(verdict.text())
-    if verdict.validity:
+    rep.heading("Verdict").text(text)
+    if isinstance(verdict, Verdict) and verdict.validity:
         rep.table([c.to_dict() for c in verdict.validity])
     rep.heading("Results").table(rows, columns)
     for fig, name, caption in figures:
         rep.figure(fig, name, caption)
     rep.write(out / "report.html")
     print_table(rows, columns)
-    print(f"\nverdict: {verdict.text()}")
+    print(f"\nverdict: {text}")
     print(f"report: {out / 'report.html'}")
 
 
 def judge(verdict, record: dict, validity=None, claim=None):
-    """The rule's verdict checked against the study's validity conditions on ``record`` (see ``verdict.assess``);
-    a verdict sentence (a study not on the contract) becomes an inconclusive verdict that says so."""
-    from ptmlab.studies.verdict import INCONCLUSIVE, Verdict, assess
+    """The rule's verdict checked against the study's validity conditions on ``record`` (see ``verdict.assess``)."""
+    from ptmlab.studies.verdict import assess
 
-    if not isinstance(verdict, Verdict):
-        verdict = Verdict(INCONCLUSIVE, f"no decision rule: {verdict}")
     conditions = list(validity(record)) if validity is not None else []
     return assess(verdict, conditions, getattr(claim, "paper_effect", None))
 

@@ -27,8 +27,8 @@ from ptmlab.core.registry import Registry
 from ptmlab.studies.suite import read_results
 
 NOT_RUN, FAILED, UNRATED = "not run", "failed", "unrated"
-COLOURS = {"supported": "#1a7f37", "not supported": "#cf222e", "inconclusive": "#bf8700", UNRATED: "#57606a",
-           NOT_RUN: "#8c959f", FAILED: "#82071e"}
+COLOURS = {"supported": "#1a7f37", "not supported": "#cf222e", "inconclusive": "#bf8700", "cannot test": "#6e40c9",
+           UNRATED: "#57606a", NOT_RUN: "#8c959f", FAILED: "#82071e"}
 START, END = "<!-- claims:start -->", "<!-- claims:end -->"
 
 
@@ -37,7 +37,7 @@ class Entry:
     """One dashboard row: a registered study and what its results say (or that there are none)."""
 
     study: str
-    outcome: str                    # supported | not supported | inconclusive | unrated | not run | failed
+    outcome: str        # supported | not supported | inconclusive | cannot test | unrated | not run | failed
     claim: str
     source: str
     paper: str = ""
@@ -49,6 +49,37 @@ class Entry:
     title: str = ""
     plots: list[Path] = field(default_factory=list)   # PNGs in the results directory
     study_dir: Path | None = None                     # where its results.json lives
+    validity: list = field(default_factory=list)      # [{condition, value, threshold, met, compare}]
+    detectable_effect: float | None = None
+    paper_effect: float | None = None
+
+    def unmet(self) -> list[dict]:
+        return [c for c in self.validity if isinstance(c, dict) and not c.get("met")]
+
+    def headline(self) -> str:
+        """The reason in one line: the first failed condition (cannot test), what the run could detect against the
+        paper's effect (inconclusive), the deciding number otherwise."""
+        from ptmlab.studies.verdict import Condition
+
+        if self.unmet():
+            first = Condition.from_dict(self.unmet()[0]).text()
+            more = len(self.unmet()) - 1
+            return first + (f" (+{more} more unmet)" if more else "")
+        if self.outcome == "inconclusive":
+            return self.power_text() or _first_sentence(self.verdict, 120)
+        return _first_sentence(self.verdict, 160)
+
+    def power_text(self) -> str:
+        """"could detect ±X" and, where the paper's effect is smaller, "underpowered: ... the paper reports Y"."""
+        det, paper = self.detectable_effect, self.paper_effect
+        if det is None:
+            return "one run: no interval" if self.outcome == "inconclusive" else ""
+        text = f"could detect ±{_num(det)}"
+        if paper is not None and det > abs(paper):
+            text = f"underpowered: {text}, the paper reports {_num(paper)}"
+        elif paper is not None:
+            text += f" (the paper reports {_num(paper)})"
+        return text
 
     def ours(self) -> str:
         """Our number with its interval: "0.7570 [0.7401, 0.7733]", or "" without an estimate."""
@@ -144,7 +175,11 @@ def load_entries(results_dir: Path, studies: Registry | None = None) -> list[Ent
         run = _dict(res.get("run"))
         outcome = str(res.get("outcome") or UNRATED)
         verdict = res.get("verdict") if outcome == UNRATED else res.get("reason") or res.get("verdict")
+        det, paper = res.get("detectable_effect"), res.get("paper_effect")
         entries.append(Entry(outcome=outcome, verdict=str(verdict or ""), estimate=_dict(res.get("estimate")) or None,
+                             validity=[c for c in res.get("validity") or [] if isinstance(c, dict)],
+                             detectable_effect=float(det) if isinstance(det, int | float) else None,
+                             paper_effect=float(paper) if isinstance(paper, int | float) else None,
                              budget=str(run.get("budget") or suite.get("budget") or "") + _own_options(run),
                              seeds=list(run.get("seeds") or []), title=str(res.get("title") or ""),
                              plots=sorted((results_dir / name / "plots").glob("*.png")),
@@ -162,7 +197,7 @@ th{background:#f6f8fa;text-align:left;position:sticky;top:0}
 span.num{font-variant-numeric:tabular-nums;white-space:nowrap} td.ours{min-width:10em}
 .badge{display:inline-block;color:#fff;border-radius:10px;padding:1px 8px;font-weight:600;white-space:nowrap}
 .small{color:#57606a;font-size:.9em} img.thumb{height:90px;border:1px solid #d0d7de;margin:2px;background:#fff}
-.counts span{margin-right:1em}
+.counts span{margin-right:1em} div.reason{margin-top:3px} table.validity td,table.validity th{padding:2px 4px}
 """
 
 
@@ -203,13 +238,31 @@ def _row(e: Entry) -> str:
     rule = f'<details class="small"><summary>rule</summary>{esc(e.rule)}</details>' if e.rule else ""
     ours = esc(e.ours()) or "-"
     spread = f'<div class="small">{esc(e.spread())}</div>' if e.spread() else ""
+    power = f'<div class="small">{esc(e.power_text())}</div>' if e.power_text() else ""
     return (f'<tr class="study" id="{esc(e.study)}" data-outcome="{esc(e.outcome)}">'
             f"<td><b>{esc(e.study)}</b><div class='small'>{esc(e.title)}</div></td>"
             f"<td>{esc(e.source) or '-'}</td><td>{esc(e.claim)}{rule}</td><td>{esc(e.paper) or '-'}</td>"
-            f'<td class="ours"><span class="num">{ours}</span>{spread}</td>'
-            f"<td>{_badge(e.outcome)}<div class='small'>{esc(e.verdict)}</div></td>"
+            f'<td class="ours"><span class="num">{ours}</span>{spread}{power}</td>'
+            f"<td>{_badge(e.outcome)}<div class='reason'>{esc(e.headline())}</div>{_details(e)}</td>"
             f"<td>{esc(e.run_text()) if e.study_dir else '-'}</td><td>{''.join(thumbs) or '-'}</td>"
             f"<td>{' '.join(links) or '-'}</td></tr>")
+
+
+def _details(e: Entry) -> str:
+    """The full reason and the validity block, folded."""
+    esc = html.escape
+    if not e.verdict and not e.validity:
+        return ""
+    rows = "".join(f"<tr><td>{esc(str(c.get('condition')))}</td><td>{esc(_cell(c.get('value')))}</td>"
+                   f"<td>{esc(str(c.get('compare', '')))} {esc(_cell(c.get('threshold')))}</td>"
+                   f"<td>{'met' if c.get('met') else '<b>unmet</b>'}</td></tr>" for c in e.validity)
+    table = (f"<table class='validity'><tr><th>condition</th><th>value</th><th>needed</th><th></th></tr>{rows}"
+             "</table>") if rows else ""
+    return f'<details class="small"><summary>details</summary><p>{esc(e.verdict)}</p>{table}</details>'
+
+
+def _cell(x) -> str:
+    return "null" if x is None else _num(float(x)) if isinstance(x, int | float) else str(x)
 
 
 def render_page(entries: list[Entry], source: str) -> str:
@@ -262,8 +315,8 @@ def _first_sentence(text: str, limit: int = 160) -> str:
 
 def markdown_table(entries: list[Entry], link_from: Path | None = None) -> str:
     """The dashboard as a Markdown table; study names link to their results.json relative to ``link_from``."""
-    lines = ["| study | source | claim | paper | ours [95% interval] | verdict | budget; seeds |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| study | source | claim | paper | ours [95% interval] | could detect | verdict | budget; seeds |",
+             "|---|---|---|---|---|---|---|---|"]
     for e in entries:
         name = f"`{e.study}`"
         if e.study_dir is not None and link_from is not None:
@@ -273,8 +326,11 @@ def markdown_table(entries: list[Entry], link_from: Path | None = None) -> str:
         verdict = f"**{e.outcome}**"
         if e.outcome in (UNRATED, FAILED) and e.verdict:
             verdict += f": {_first_sentence(e.verdict)}"
+        elif e.outcome == "cannot test":
+            verdict += f": {e.headline()}"
         run = e.run_text() if e.study_dir is not None else "-"
-        cells = [name, _md(e.source) or "-", _md(e.claim), _md(e.paper) or "-", _md(ours), _md(verdict), _md(run)]
+        cells = [name, _md(e.source) or "-", _md(e.claim), _md(e.paper) or "-", _md(ours), _md(e.power_text()) or "-",
+                 _md(verdict), _md(run)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -282,7 +338,10 @@ def markdown_table(entries: list[Entry], link_from: Path | None = None) -> str:
 def claims_section(entries: list[Entry], link_from: Path | None, results_label: str) -> str:
     ran = sum(e.study_dir is not None for e in entries)
     return (f"Generated by `python scripts/claims_table.py` from `{results_label}` ({ran} of {len(entries)} "
-            "registered studies have results); do not edit by hand. Verdict rules: "
+            "registered studies have results); do not edit by hand. Four outcomes: supported, not supported, "
+            "inconclusive, and cannot test (a validity condition of the study is unmet on the run's own numbers, so "
+            "its comparison says nothing about the claim). \"could detect\": the smallest effect the run would have "
+            "found at its noise; \"underpowered\" when the paper's effect is smaller. Rules and conditions: "
             "[docs/studies.md](docs/studies.md). \"+ own options\": the run changed what the budget measures (another "
             "grid, task or data); its command is in its results.json.\n\n" + markdown_table(entries, link_from))
 

@@ -185,8 +185,8 @@ def detectable_effect(est: Estimate | None, power: float = POWER) -> float | Non
     """The smallest true distance from the rule's threshold that this run would declare with probability ``power``:
     ``(q(1 - α/2) + q(power)) × SE``, ``SE = half-width / q(1 - α/2)`` (t quantiles with ``est.df``, else normal).
     None without a finite interval (one run)."""
-    if est is None or not (math.isfinite(est.low) and math.isfinite(est.high)):
-        return None
+    if est is None or not (math.isfinite(est.low) and math.isfinite(est.high)) or est.high <= est.low:
+        return None  # one run, or no spread at all (every seed the same): the noise is not measured
     z = _quantile(0.5 + est.confidence / 2, est.df)
     se = est.half_width() / z
     return float((z + _quantile(power, est.df)) * se)
