@@ -119,8 +119,9 @@ def run(argv: list[str]) -> int:
     from ptmlab.models.latency import parameter_count
     from ptmlab.models.loader import save_model
     from ptmlab.models.zoo import load_model, load_tokenizer
-    from ptmlab.studies.common import dev_correct, finetune_variant, seed_dir, seed_list
+    from ptmlab.studies.common import dev_correct, finetune_run, seed_dir, seed_list
     from ptmlab.studies.compress_common import parse_ratios, start
+    from ptmlab.studies.executor import run_grid
 
     a = parse_study_args("super-tickets", SuperTicketsArgs, argv, __doc__, small=SMALL, full=FULL)
     ratios = parse_ratios(a.ratios)
@@ -143,20 +144,27 @@ def run(argv: list[str]) -> int:
     enc = encode_split(tokenizer, subset(data.splits["train"], a.importance_examples, a.seed), a.max_length)
     imp = compute_importance(a.importance, scored, enc, tokenizer.pad_token_id or 0)
     metric = spec.main_metric
+    grid = {}  # the tickets are built here (seeded), their fine-tunings are the study's grid
+    for r in ratios:
+        name = f"ticket-{r:g}"
+        for seed in seeds:
+            run_dir = seed_dir(out, name, seed, seeds)
+            if r == 0:
+                grid[r, seed] = finetune_run(a, run_dir, model=base, seed=seed, test=False)
+            else:
+                keep_h, keep_f = mask_to_keep(head_mask(imp, r)), mask_to_keep(ffn_mask(imp, r))
+                init = seed_dir(out / "tickets-init", name, seed, seeds)
+                if not (init / "config.json").is_file() or a.overwrite:
+                    save_model(build_ticket(base, keep_h, keep_f, spec, labels, seed), tokenizer, init)
+                grid[r, seed] = finetune_run(a, run_dir, model=str(init), seed=seed, test=False)
+    done = run_grid(a, grid)
     rows, correct = [], {}
     for r in ratios:
         name = f"ticket-{r:g}"
         scores, correct[r] = [], []
         for seed in seeds:
             run_dir = seed_dir(out, name, seed, seeds)
-            if r == 0:
-                s = finetune_variant(a, run_dir, model=base, seed=seed, test=False)
-            else:
-                keep_h, keep_f = mask_to_keep(head_mask(imp, r)), mask_to_keep(ffn_mask(imp, r))
-                init = seed_dir(out / "tickets-init", name, seed, seeds)
-                if not (init / "config.json").is_file() or a.overwrite:
-                    save_model(build_ticket(base, keep_h, keep_f, spec, labels, seed), tokenizer, init)
-                s = finetune_variant(a, run_dir, model=str(init), seed=seed, test=False)
+            s = done[r, seed]
             scores.append(s["metrics"][metric])
             correct[r].append(dev_correct(run_dir))
         rows.append({"ratio": r, metric: float(np.mean(scores)), "per_seed": [round(x, 4) for x in scores],
