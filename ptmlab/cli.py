@@ -18,6 +18,7 @@ from ptmlab.core.errors import PtmlabError
 COMMAND_MODULES = [
     "ptmlab.commands.finetune",
     "ptmlab.commands.evaluate",
+    "ptmlab.commands.predict",
     "ptmlab.commands.glue",
     "ptmlab.commands.models",
     "ptmlab.commands.report",

@@ -28,7 +28,8 @@ FLOORS = {
     "scaling": 3,
     "export": 3,
     "studies": 4,
-    "commands": 5, "__main__": 6, "cli": 6, "__init__": 0,
+    "api": 5,  # the Python API: verbs over the capabilities, the commands parse flags into it
+    "commands": 6, "__main__": 7, "cli": 7, "__init__": 0,
 }
 CAPABILITIES = {name for name, floor in FLOORS.items() if floor == 3}
 # capability -> the other capabilities' public functions it may call (module paths)

@@ -19,7 +19,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ptmlab.train.finetune import run_finetune
+    from ptmlab.api.verbs import finetune_config
 
     if args.resume:
         from ptmlab.core.cli_parser import refuse_with_resume
@@ -31,16 +31,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = resolve_config(FinetuneConfig, args, args.config)
         if not cfg.output:
             raise PtmlabError("no output directory: pass --output RUN_DIR")
-    resume = bool(args.resume)
-    if cfg.long_strategy == "truncate" and cfg.max_length <= 512:
-        summary = run_finetune(cfg, resume=resume)
-    else:  # long inputs (docs/long_inputs.md): checked here, read by the strategy's loss and evaluator
-        from ptmlab.longseq.runs import plan_long_finetune, print_notes
-
-        plan = plan_long_finetune(cfg, resume=resume)
-        print_notes(plan.notes)
-        cfg = plan.cfg
-        summary = run_finetune(cfg, resume=resume, loss_fn=plan.loss_fn, evaluator=plan.evaluator)
+    summary = finetune_config(cfg, resume=bool(args.resume))  # the Python API's ptmlab.finetune runs the same
     print_summary(summary, cfg.output)
     return 0
 

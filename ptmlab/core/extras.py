@@ -2,6 +2,7 @@
 
     pip install 'ptmlab[serve]'      FastAPI, uvicorn, httpx, psycopg: ``serve``, ``keys`` on PostgreSQL, ``extract``
     pip install 'ptmlab[tokenizers]' the XLM-R tokenizer package used by ``tokenizer`` comparisons
+    pip install 'ptmlab[tensorboard]' (or trackio, mlflow, wandb)  an experiment tracker for ``--report-to``
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from ptmlab.core.errors import PtmlabError
 EXTRAS = {
     "serve": ("fastapi", "uvicorn", "httpx", "pydantic"),
     "postgres": ("psycopg",),
+    # experiment trackers (--report-to)
+    "tensorboard": ("tensorboard",), "trackio": ("trackio",), "mlflow": ("mlflow",), "wandb": ("wandb",),
 }
-INSTALL = {"serve": "serve", "postgres": "serve"}
+INSTALL = {"serve": "serve", "postgres": "serve", "tensorboard": "tensorboard", "trackio": "trackio",
+           "mlflow": "mlflow", "wandb": "wandb"}
 
 
 def missing_modules(extra: str) -> list[str]:

@@ -96,6 +96,13 @@ class RunDir:
         atomic_write_text(self.file("metrics.jsonl"), "".join(json.dumps(r) + "\n" for r in rows))
 
     def write_summary(self, summary: dict) -> None:
+        """summary.json, with the run's ``provenance`` added (to ``summary`` too): versions, git commit, command
+        line, start (config.yaml's time: the run's first file) and end times, device."""
+        from ptmlab.core.provenance import provenance
+
+        config = self.file("config.yaml")
+        started = config.stat().st_mtime if config.is_file() else None
+        summary.setdefault("provenance", provenance(started))
         atomic_write_json(self.file("summary.json"), summary)
 
     def summary(self) -> dict:

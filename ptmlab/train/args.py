@@ -110,7 +110,8 @@ class LongArgs:
 
 # the options that choose how a pretrained model is fine-tuned: commands whose model always trains fully
 # (distillation, pre-training) leave them out of their flags (``CLI_EXCLUDE``)
-STRATEGY_OPTIONS = ("strategy", "unfreeze_every", "adapter_size", "lora_r", "lora_alpha", "lora_dropout")
+STRATEGY_OPTIONS = ("strategy", "unfreeze_every", "adapter_size", "lora_r", "lora_alpha", "lora_dropout",
+                    "lora_target_modules")
 
 
 @dataclass(frozen=True)
@@ -201,6 +202,10 @@ class TrainArgs(Validated):
         resolve_device(self.device)  # an absent --device cuda/mps fails here, before the run directory is made
         for s in self.strategy.split("+"):
             STRATEGIES.get(s)
+        if self.report_to != "none":  # the tracker's package, checked before anything is written
+            from ptmlab.core.extras import require_extra
+
+            require_extra(self.report_to, f"--report-to {self.report_to}")
 
 
 @dataclass(frozen=True)

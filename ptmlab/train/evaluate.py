@@ -40,8 +40,8 @@ def resolve_precision(precision: str, device: torch.device | None = None) -> str
 
 @torch.no_grad()
 def predict_logits(model, enc: Encoded, pad_id: int, batch_size: int = 128, precision: str = "fp32",
-                   desc: str = "evaluate") -> np.ndarray:
-    """Logits for every example, in the original order."""
+                   desc: str = "evaluate", bar: bool = False) -> np.ndarray:
+    """Logits for every example, in the original order (a progress bar over 2000 examples, or with ``bar``)."""
     from ptmlab.core.host_memory import reuse_host_memory
     from ptmlab.models.first_token import first_token_only
 
@@ -55,7 +55,7 @@ def predict_logits(model, enc: Encoded, pad_id: int, batch_size: int = 128, prec
     cut = None if watched else first_token_only(model)
     try:
         with reuse_host_memory(device.type == "cpu"):  # freed activations reuse their pages (host_memory.py)
-            for idx in progress(batches, desc=desc, disable=None if len(enc) > 2000 else True):
+            for idx in progress(batches, desc=desc, disable=None if bar or len(enc) > 2000 else True):
                 batch = collate(enc, idx, pad_id)
                 inputs = {k: v.to(device) for k, v in model_inputs(model, batch).items()}
                 with autocast_ctx(precision, device):

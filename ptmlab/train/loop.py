@@ -91,10 +91,13 @@ class Trainer:
         # cpu=True where there is no GPU: Accelerate then joins a torchrun group over gloo (MULTI_CPU). Mixed
         # precision is our own autocast around the loss, so several Trainers with different precisions can live
         # in one process (Accelerate's state is a process-wide singleton).
+        from ptmlab.train import tracking
+
         device = resolve_device(getattr(cfg, "device", "auto"))  # mps: Accelerate's choice when cpu=False
-        self.accelerator = Accelerator(cpu=device == "cpu")
+        self.accelerator = Accelerator(cpu=device == "cpu", **tracking.accelerator_kwargs(cfg, run))
         self.precision = resolve_precision(cfg.precision, self.accelerator.device)
         self.scaler = grad_scaler(self.precision, self.accelerator.device)  # fp16: loss scaling
+        self.tracking = tracking.start(self.accelerator, cfg, run)  # --report-to: the log rows go there too
         self.world = self.accelerator.num_processes
         self.rank = self.accelerator.process_index
 
@@ -237,7 +240,7 @@ class Trainer:
         st.last_eval = metrics
         epoch = st.step / self.steps_per_epoch
         if self.accelerator.is_main_process:
-            self.run.log({"step": st.step, "epoch": round(epoch, 4), "eval": metrics})
+            self._log({"step": st.step, "epoch": round(epoch, 4), "eval": metrics})
         value = metrics.get(self.main_metric) if self.main_metric else None
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return False
@@ -304,7 +307,7 @@ class Trainer:
                            "tokens_per_second": round(st.tokens / max(st.train_seconds, 1e-9), 1)}
                     if self.flops_per_token:
                         row["flops"] = st.tokens * self.flops_per_token
-                    self.run.log(row)
+                    self._log(row)
                 window_loss, window_n = torch.zeros((), device=self.accelerator.device), 0
             end_of_epoch = st.step % self.steps_per_epoch == 0
             due_eval = (st.step % cfg.eval_steps == 0) if cfg.eval_steps else end_of_epoch
@@ -323,7 +326,18 @@ class Trainer:
         self._finish()
         return st
 
+    def _log(self, row: dict) -> None:
+        """A metrics.jsonl row, also sent to the ``--report-to`` trackers."""
+        self.run.log(row)
+        if self.tracking:
+            from ptmlab.train.tracking import log_row
+
+            log_row(self.accelerator, row)
+
     def _finish(self) -> None:
+        if self.tracking:
+            self.accelerator.end_training()
+            self.tracking = False
         best = self.run.file("best.safetensors")
         if self.cfg.keep_best and best.is_file() and self.state.best_step != self.state.step:
             from safetensors.torch import load_file

@@ -1,0 +1,108 @@
+"""Evaluation of a run or model on a task's split: ``ptmlab evaluate`` and ``ptmlab.evaluate`` run this."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ptmlab.core.config import opt
+from ptmlab.core.errors import PtmlabError
+from ptmlab.train.args import DataArgs, LongArgs
+
+
+@dataclass(frozen=True)
+class EvaluateConfig(LongArgs, DataArgs):
+    split: str = opt("dev", "split to evaluate: dev, test or train")
+    eval_batch_size: int = opt(128, "batch size")
+    precision: str = opt("auto", "fp32, bf16 (autocast), or auto: as finetune, bf16 where the hardware has fast bf16 "
+                                 "(so a run's dev metric is reproduced on the machine that trained it), else fp32",
+                         choices=["auto", "fp32", "bf16"])
+    seed: int = opt(42, "seed for --max-eval subsets")
+    output: str | None = opt(None, "directory for evaluation.json (default: printed only)")
+
+    def validate(self) -> None:
+        self.validate_data()
+        self.validate_long()
+
+
+# what evaluating a run reads from the run's own config.yaml unless given: its data and the --max-eval subset
+# (same task, files, columns, max length and seed, so the dev subset it was scored on is drawn again)
+_DATA_SOURCE = ("task", "glue_dir", "train_file", "dev_file", "test_file")
+
+
+def run_data_defaults(model: str, given) -> dict:
+    """The run's recorded data options (and seed) for every option not in ``given``, when none of the data source
+    options is given: ``evaluate RUN`` scores the run's own task and dev subset."""
+    import dataclasses
+
+    if any(name in given for name in _DATA_SOURCE) or not (Path(model) / "config.yaml").is_file():
+        return {}
+    from ptmlab.core.rundir import RunDir
+
+    recorded = RunDir(model).read_config()
+    from ptmlab.data.tasks import TASKS
+
+    task = str(recorded.get("task") or "")
+    if not (task in TASKS or task.startswith("hf:") or Path(task).exists() or
+            any(recorded.get(f) for f in _DATA_SOURCE[2:])):
+        raise PtmlabError(f"run '{model}' was trained on data held in memory, which it does not keep: pass the "
+                          f"data to evaluate on (data=... in Python, --dev-file on the command line)")
+    names = {f.name for f in dataclasses.fields(DataArgs)} | {f.name for f in dataclasses.fields(LongArgs)} | {"seed"}
+    taken = {n: recorded[n] for n in names if n in recorded and n not in given}
+    if "task" in taken:
+        subset = f"first {taken['max_eval']} after a seed-{taken.get('seed')} shuffle" if taken.get("max_eval") \
+            else "all"
+        print(f"note: evaluating the run's own task '{taken['task']}' (dev examples: {subset}); pass --task to "
+              f"choose another", file=sys.stderr)
+    return taken
+
+
+def evaluate_config(model: str, cfg: EvaluateConfig, *, task_given: bool = False, source=None) -> dict:
+    """Metrics of ``model`` on ``cfg``'s split (a multi-task run: every head, or ``cfg.task``'s when
+    ``task_given``); ``source``: data in memory instead of what ``cfg`` names. Writes evaluation.json into
+    ``cfg.output`` when set; returns the result."""
+    from ptmlab.core.cli_parser import output_file
+    from ptmlab.core.io import atomic_write_json
+    from ptmlab.train.multitask import evaluate_tasks, recorded_tasks
+
+    if recorded_tasks(model):  # a multi-task run: --task picks a head, none scores every head
+        result = evaluate_tasks(model, cfg, [cfg.task] if task_given else None)
+    else:
+        result = _evaluate_one(model, cfg, source)
+    if cfg.output:
+        atomic_write_json(output_file(cfg.output, "evaluation.json"), result)
+    return result
+
+
+def _evaluate_one(model_name: str, cfg: EvaluateConfig, source) -> dict:
+    from ptmlab.data.encode import encode_split
+    from ptmlab.data.taskdata import label_names, load_task_data
+    from ptmlab.longseq.runs import check_long_model, long_evaluator
+    from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.train.evaluate import evaluate, resolve_precision
+
+    data = load_task_data(cfg, need_train=False, source=source)
+    split = data.split(cfg.split)
+    if all(getattr(split, f, None) is None for f in ("label", "tags", "answers")):  # labels, tags or answers
+        raise PtmlabError(f"the '{cfg.split}' split of task '{data.spec.name}' has no labels: evaluate 'dev'")
+    model = load_model(model_name)
+    spec = data.spec
+    names = label_names(data)
+    if model.config.num_labels != spec.num_labels:
+        raise PtmlabError(f"model '{model_name}' has {model.config.num_labels} outputs but task '{spec.name}' "
+                          f"needs {spec.num_labels}: evaluate it on the task it was trained for")
+    saved = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    if names and saved != names and not all(s.startswith("LABEL_") for s in saved):
+        raise PtmlabError(f"model labels {saved} differ from task labels {names}: use the matching task")
+    tokenizer = load_tokenizer(model_name)
+    check_long_model(model, cfg, data)  # the strategy fits the model and --max-length (one-line errors)
+    enc = encode_split(tokenizer, split, cfg.max_length)
+    if cfg.long_strategy == "truncate":
+        metrics, _ = evaluate(model, enc, spec, tokenizer.pad_token_id or 0, cfg.eval_batch_size,
+                              resolve_precision(cfg.precision))
+    else:
+        metrics, _ = long_evaluator(enc, spec, cfg, resolve_precision(cfg.precision))(model)
+    result = {"model": model_name, "task": spec.name, "split": cfg.split, "examples": len(split),
+              "long_strategy": cfg.long_strategy, "metrics": metrics}
+    return result

@@ -1,0 +1,97 @@
+"""``Run``: a run directory as an object (``ptmlab.load(dir)``, or what ``ptmlab.finetune`` returns)."""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from ptmlab.core.errors import PtmlabError
+from ptmlab.core.rundir import RunDir
+
+
+class Run:
+    """A finished (or resumable) run directory: its options, numbers, model and tokenizer, and predictions.
+
+    ``config`` is the options it ran with (config.yaml), ``summary`` its summary.json, ``metrics`` the final dev
+    metrics, ``history`` every log row (metrics.jsonl); ``model`` and ``tokenizer`` load on first use."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._dir = RunDir.open(self.path)
+
+    def __repr__(self) -> str:
+        done = self._dir.file("summary.json").is_file()
+        return f"Run('{self.path}', command={self.command!r}, {'finished' if done else 'not finished'})"
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    # ---------------------------------------------------------------------------------------------- records
+    @cached_property
+    def config(self) -> dict:
+        return {k: v for k, v in self._dir.read_config().items() if k != "command"}
+
+    @property
+    def command(self) -> str | None:
+        return self._dir.read_config().get("command")
+
+    @property
+    def summary(self) -> dict:
+        return self._dir.summary()
+
+    @property
+    def metrics(self) -> dict:
+        """The final dev metrics (``summary["metrics"]``)."""
+        return dict(self.summary.get("metrics") or {})
+
+    @property
+    def history(self) -> list[dict]:
+        """Every row of metrics.jsonl: training losses and evaluations by step."""
+        return self._dir.metrics() if self._dir.file("metrics.jsonl").is_file() else []
+
+    # ---------------------------------------------------------------------------------------------- model
+    @cached_property
+    def model(self):
+        if not self._dir.has_model():
+            raise PtmlabError(f"run '{self.path}' holds no model (config.json and safetensors weights): it did not "
+                              f"finish, or its command writes none")
+        from ptmlab.models.zoo import load_model
+
+        model = load_model(str(self.path))
+        model.eval()
+        return model
+
+    @cached_property
+    def tokenizer(self):
+        from ptmlab.models.zoo import load_tokenizer
+
+        return load_tokenizer(str(self.path))
+
+    def predict(self, texts, pairs=None, *, task: str | None = None, batch_size: int = 128,
+                max_length: int | None = None, precision: str = "fp32") -> list[dict]:
+        """Predictions for ``texts`` (a string or a list; ``pairs`` for pair tasks): ``{"label", "score",
+        "probabilities"}`` per text from a classifier, ``{"score"}`` from a regression head; ``task`` picks a
+        multi-task run's head."""
+        from ptmlab.train.predict import model_head, predict_split, text_split
+
+        split = text_split(texts, pairs)
+        head = model_head(self.model, task)
+        return predict_split(self.model, self.tokenizer, split, head, max_length or self.max_length, batch_size,
+                             precision)
+
+    def evaluate(self, data: Any = None, **options) -> dict:
+        """``ptmlab.evaluate(self, data, **options)``: metrics on the run's own task unless told otherwise."""
+        from ptmlab.api.verbs import evaluate
+
+        return evaluate(self, data, **options)
+
+    @property
+    def max_length(self) -> int:
+        return int(self.config.get("max_length") or 128)
+
+
+def load(path: str | os.PathLike) -> Run:
+    """Open a run directory written by ptmlab (finetune, distill, prune, ...)."""
+    return Run(path)

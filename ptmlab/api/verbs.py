@@ -1,0 +1,241 @@
+"""The verbs of the Python API. Each builds the command's frozen config from keyword options (validated as the CLI
+validates them) and calls the function the CLI command calls; the commands are thin layers over these."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from ptmlab.api.inputs import data_options, model_option
+from ptmlab.api.run import Run
+from ptmlab.core.config import build_config, load_yaml
+from ptmlab.core.errors import PtmlabError
+from ptmlab.core.provenance import api_call
+
+
+def make_config(cls, config: Any = None, **options):
+    """``cls`` from a base ``config`` (a config object, a dict or a YAML file) with ``options`` on top."""
+    values: dict = {}
+    if isinstance(config, str | os.PathLike):
+        values.update(load_yaml(config))
+    elif dataclasses.is_dataclass(config):
+        values.update(dataclasses.asdict(config))
+    elif isinstance(config, dict):
+        values.update(config)
+    elif config is not None:
+        raise PtmlabError(f"config= takes a config object, a dict or a YAML file, not a {type(config).__name__}")
+    values.update(options)
+    return build_config(cls, values, source="options")
+
+
+def _call(verb: str, *args, **options) -> str:
+    shown = [a if isinstance(a, str) else f"<{type(a).__name__}>" for a in args]
+    parts = [repr(a) if not a.startswith("<") else a for a in shown]
+    parts += [f"{k}={v!r}" for k, v in options.items()]
+    return f"ptmlab.{verb}({', '.join(parts)})"
+
+
+def _path(x) -> str:
+    return str(x.path) if isinstance(x, Run) else str(x)
+
+
+# -------------------------------------------------------------------------------------------------- finetune
+def finetune_config(cfg, *, resume: bool = False, source: Any = None) -> dict:
+    """Fine-tune with a built ``FinetuneConfig`` (``ptmlab finetune`` runs this); returns the summary. Long inputs
+    (``--long-strategy`` other than truncate, or over 512 tokens) are planned by ``ptmlab.longseq``."""
+    from ptmlab.train.finetune import run_finetune
+
+    if cfg.long_strategy == "truncate" and cfg.max_length <= 512:
+        return run_finetune(cfg, resume=resume, source=source)
+    if source is not None:
+        raise PtmlabError(f"--long-strategy {cfg.long_strategy} reads its data from files: write the data to a file "
+                          f"and pass it as data")
+    from ptmlab.longseq.runs import plan_long_finetune, print_notes
+
+    plan = plan_long_finetune(cfg, resume=resume)
+    print_notes(plan.notes)
+    return run_finetune(plan.cfg, resume=resume, loss_fn=plan.loss_fn, evaluator=plan.evaluator)
+
+
+def finetune(model: Any = "minilm", data: Any = None, *, tokenizer: Any = None, config: Any = None,
+             resume: bool = False, **options) -> Run:
+    """Fine-tune ``model`` on ``data`` into ``output``; returns the ``Run``.
+
+    ``model``: zoo name, directory, hub id (``NAME``, ``OWNER/NAME``, ``@REVISION``) or a transformers model with
+    its tokenizer (``(model, tokenizer)`` or ``tokenizer=``). ``data``: a Dataset/DatasetDict, DataFrame, list of
+    dicts, data file, ``hf:NAME`` or task name (or ``task=``/``train_file=`` options). ``options``: the flags of
+    ``ptmlab finetune`` (``epochs=1``, ``output="runs/x"``, ``strategy="lora"``, ...); ``config``: a base config
+    (``FinetuneConfig``, dict or YAML file). ``resume=True`` continues the killed run in ``output``."""
+    from ptmlab.core.rundir import RunDir
+    from ptmlab.train.args import FinetuneConfig
+
+    with model_option(model, tokenizer) as (name, label), api_call(_call("finetune", model, data, **options)):
+        if resume:
+            if not options.get("output"):
+                raise PtmlabError("resume=True needs output= (the run directory to continue)")
+            cfg = RunDir.resume_config(options["output"], FinetuneConfig, "finetune")
+            opts, source = data_options(data)
+        else:
+            opts, source = data_options(data)
+            if source is not None and "task" not in options:
+                opts["task"] = "custom"
+            cfg = make_config(FinetuneConfig, config, **{"model": name, **opts, **options})
+        finetune_config(cfg, resume=resume, source=source)
+        if label is not None:  # the record names the model object, not the temporary directory it was read from
+            _rename_model(cfg.output, label)
+    return Run(cfg.output)
+
+
+def _rename_model(output: str, label: str) -> None:
+    from ptmlab.core.rundir import RunDir
+
+    run = RunDir(output)
+    config = run.read_config()
+    command = config.pop("command", "finetune")
+    run.write_config({**config, "model": label}, command)
+    summary = run.summary()
+    summary["model"] = label
+    run.write_summary(summary)
+
+
+# -------------------------------------------------------------------------------------------------- predict
+def predict(model: Any, data: Any, *, task: str | None = None, output: str | None = None, **options):
+    """Predictions of a run (``Run`` or directory) for ``data``: a string, a list of strings, a data file, a
+    DataFrame, Dataset or list of dicts (read with ``text_col``/``text_pair_col``, the run's by default). Returns
+    one dict per example; with ``output`` also writes ``predictions.jsonl`` (or ``format="csv"``) there."""
+    from ptmlab.train.predict import PredictConfig
+
+    with api_call(_call("predict", model, data, task=task, output=output, **options)):
+        source = None
+        if isinstance(data, str | os.PathLike) and Path(str(data)).expanduser().is_file():
+            options["input"] = str(data)
+        else:
+            source = data
+        cfg = make_config(PredictConfig, None, task=task, output=output, **options)
+        return predict_with_config(_path(model), cfg, source=source)
+
+
+def predict_with_config(run_dir: str, cfg, source: Any = None) -> list[dict]:
+    """``ptmlab predict`` with a built ``PredictConfig`` (the command runs this)."""
+    from ptmlab.core.seed import configure_threads
+    from ptmlab.train.predict import predict_config
+
+    configure_threads()
+    return predict_config(run_dir, cfg, source=source)
+
+
+# -------------------------------------------------------------------------------------------------- the others
+def evaluate(model: Any, data: Any = None, **options) -> dict:
+    """Metrics of a run or model on a task's split: the run's own task and data unless ``data``/``task`` say
+    otherwise (the options of ``ptmlab evaluate``)."""
+    from ptmlab.api.evaluation import EvaluateConfig, evaluate_config, run_data_defaults
+    from ptmlab.core.seed import configure_threads
+    from ptmlab.train.multitask import recorded_tasks
+
+    configure_threads()
+    name = _path(model)
+    with api_call(_call("evaluate", model, data, **options)):
+        opts, source = data_options(data)
+        if source is not None:
+            opts.setdefault("task", options.get("task", "custom"))
+            if not isinstance(source, dict) and type(source).__name__ != "DatasetDict":
+                source = {"validation": source}  # one table of examples: all of it is evaluated
+        given = {**opts, **options}
+        defaults = {} if source is not None or recorded_tasks(name) else run_data_defaults(name, given)
+        cfg = make_config(EvaluateConfig, None, **{**defaults, **given})
+        return evaluate_config(name, cfg, task_given="task" in options, source=source)
+
+
+def distill(teacher: Any, data: Any = None, *, student: str | None = None, config: Any = None, **options) -> Run:
+    """Distil ``teacher`` (a fine-tuned ``Run`` or run directory) into ``student`` on ``data``; returns the Run."""
+    from ptmlab.distill.config import DistillConfig
+    from ptmlab.distill.pipeline import run_distill
+
+    with api_call(_call("distill", teacher, data, student=student, **options)):
+        opts, source = data_options(data)
+        if source is not None:
+            raise PtmlabError("distill reads its data from files or task names: pass a data file or hf:NAME")
+        if student is not None:
+            opts["student"] = student
+        cfg = make_config(DistillConfig, config, teacher=_path(teacher), **opts, **options)
+        run_distill(cfg)
+    return Run(cfg.output)
+
+
+def prune(model: Any, data: Any = None, *, config: Any = None, **options) -> Run:
+    """Prune heads and FFN neurons of ``model`` (a Run, directory or zoo name) scored on ``data``; returns the Run."""
+    from ptmlab.compress.prune import PruneConfig, run_prune
+
+    with api_call(_call("prune", model, data, **options)):
+        opts, source = data_options(data)
+        if source is not None:
+            raise PtmlabError("prune reads its data from files or task names: pass a data file or hf:NAME")
+        cfg = make_config(PruneConfig, config, model=_path(model), **opts, **options)
+        run_prune(cfg)
+    return Run(cfg.output)
+
+
+def compress(model: Any, data: Any = None, *, config: Any = None, **options) -> Run:
+    """The compression pipeline (``ptmlab compress``) on ``model``; returns the Run."""
+    from ptmlab.compress.pipeline import CompressConfig, run_compress
+
+    with api_call(_call("compress", model, data, **options)):
+        opts, source = data_options(data)
+        if source is not None:
+            raise PtmlabError("compress reads its data from files or task names: pass a data file or hf:NAME")
+        cfg = make_config(CompressConfig, config, model=_path(model), **opts, **options)
+        run_compress(cfg)
+    return Run(cfg.output)
+
+
+def export(model: Any, output: str, *, format: str = "transformers", **options) -> Path:  # noqa: A002
+    """Export a run or model (``ptmlab export``) to ``output``; returns the export directory."""
+    from ptmlab.export.run import ExportConfig, export_model
+
+    with api_call(_call("export", model, output=output, format=format, **options)):
+        cfg = make_config(ExportConfig, None, model=_path(model), output=str(output), format=format, **options)
+        info = export_model(cfg)
+    return Path(info["output"])
+
+
+def pretrain(model: str | None = None, data: Any = None, *, config: Any = None, **options) -> Run:
+    """Pre-train (``ptmlab pretrain``): ``data`` is a text file or a list of them (``files``); returns the Run."""
+    from ptmlab.pretrain.config import PretrainConfig
+    from ptmlab.pretrain.run import run_pretrain
+
+    with api_call(_call("pretrain", model, data, **options)):
+        opts: dict = {}
+        if model is not None:
+            opts["model"] = _path(model)
+        if data is not None:
+            opts["files"] = [str(f) for f in (data if isinstance(data, list | tuple) else [data])]
+        cfg = make_config(PretrainConfig, config, **opts, **options)
+        run_pretrain(cfg)
+    return Run(cfg.output)
+
+
+def study(name: str, **options) -> dict:
+    """Run the registered study ``name`` with its options (``budget="small"``, ``output=...``); returns its
+    results.json."""
+    import json
+
+    from ptmlab.studies import load_all
+
+    argv: list[str] = []
+    for k, v in options.items():
+        flag = "--" + k.replace("_", "-")
+        if v is True:
+            argv.append(flag)
+        elif v is False:
+            argv.append("--no-" + k.replace("_", "-"))
+        elif v is not None:
+            argv += [flag, ",".join(map(str, v)) if isinstance(v, list | tuple) else str(v)]
+    with api_call(_call("study", name, **options)):
+        rc = load_all().get(name)(argv)
+    if rc:
+        raise PtmlabError(f"study '{name}' failed (exit code {rc})")
+    out = options.get("output")
+    results = Path(str(out)) / "results.json" if out else None
+    return json.loads(results.read_text()) if results is not None and results.is_file() else {}

@@ -1,0 +1,205 @@
+"""Predictions of a trained model on texts with no labels: ``ptmlab predict`` and ``Run.predict`` both come here.
+
+A classifier gives each text its label, the label's probability (``score``) and every label's probability; a
+regression head gives its ``score``. A multi-task run answers through the head of the task it is asked for.
+Texts are encoded (not cached) and run in length-sorted batches by the evaluation's ``predict_logits``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ptmlab.core.config import Validated, opt
+from ptmlab.core.errors import PtmlabError
+from ptmlab.data.loaders import Split, rows_to_split
+from ptmlab.data.tasks import TASKS, TaskSpec
+
+
+@dataclass(frozen=True)
+class Head:
+    """What the model answers: a task name, its kind and class names ([] for regression)."""
+    task: str | None
+    kind: str
+    labels: list[str]
+
+
+def model_head(model, task: str | None = None) -> Head:
+    """The head answering ``task`` (a multi-task model needs one when it has several heads)."""
+    from ptmlab.train.multitask import model_tasks, set_task
+
+    heads = model_tasks(model)
+    if heads:
+        names = [h["name"] for h in heads]
+        if task is None and len(heads) > 1:
+            raise PtmlabError(f"this run has a head per task ({', '.join(names)}): pass --task NAME to pick one")
+        entry = heads[0] if task is None else next((h for h in heads if h["name"] == task), None)
+        if entry is None:
+            raise PtmlabError(f"this run has no head for task '{task}': its heads are {', '.join(names)}")
+        set_task(model, entry["name"])
+        labels = [str(x) for x in entry.get("labels") or range(int(entry["num_labels"]))]
+        return Head(entry["name"], entry["kind"], [] if entry["kind"] == "regression" else labels)
+    config = model.config
+    if getattr(config, "problem_type", None) == "regression" or config.num_labels == 1:
+        return Head(task, "regression", [])
+    return Head(task, "classification", [str(config.id2label[i]) for i in range(config.num_labels)])
+
+
+def predict_split(model, tokenizer, split: Split, head: Head, max_length: int = 128, batch_size: int = 128,
+                  precision: str = "fp32", bar: bool = False) -> list[dict]:
+    """One prediction per example of ``split``: ``{"label", "score", "probabilities"}`` from a classifier,
+    ``{"score"}`` from a regression head."""
+    import torch
+
+    from ptmlab.data.encode import encode_split
+    from ptmlab.train.evaluate import predict_logits
+
+    if len(split) == 0:
+        return []
+    enc = encode_split(tokenizer, split, max_length, use_cache=False)
+    logits = predict_logits(model, enc, tokenizer.pad_token_id or 0, batch_size, precision, desc="predict",
+                            bar=bar)
+    if head.kind == "regression":
+        return [{"score": float(v)} for v in logits[:, 0]]
+    probs = torch.softmax(torch.from_numpy(np.asarray(logits, dtype=np.float32)), -1).numpy()
+    out = []
+    for row in probs:
+        best = int(row.argmax())
+        out.append({"label": head.labels[best], "score": float(row[best]),
+                    "probabilities": {name: float(p) for name, p in zip(head.labels, row, strict=True)}})
+    return out
+
+
+def text_split(texts, pairs=None) -> Split:
+    """A Split of unlabelled texts (and pairs) given in Python."""
+    if isinstance(texts, str):
+        texts = [texts]
+    texts = [str(t) for t in texts]
+    if pairs is not None and len(pairs) != len(texts):
+        raise PtmlabError(f"{len(texts)} texts but {len(pairs)} pairs: give one pair per text")
+    for i, t in enumerate(texts):
+        if not t.strip():
+            raise PtmlabError(f"text {i} is empty: give every example some text")
+    return Split(texts, [str(p) for p in pairs] if pairs is not None else None, None, list(range(len(texts))))
+
+
+def run_columns(run_config: dict) -> tuple[str, str | None]:
+    """The text (and pair) column a run was trained on, for reading new files the same way."""
+    task = run_config.get("task")
+    if task in TASKS and not run_config.get("train_file"):
+        spec = TASKS.get(task)
+        if isinstance(spec.text_col, str):
+            return spec.text_col, spec.pair_col if isinstance(spec.pair_col, str) else None
+    return run_config.get("text_col") or "text", run_config.get("text_pair_col")
+
+
+def file_split(path: str | Path, text_col: str, pair_col: str | None) -> Split:
+    """The texts of a data file (any format the data layer reads); a label column, if any, is ignored."""
+    from ptmlab.data.loaders import _check_cols
+    from ptmlab.data.sources import read_file
+
+    table = read_file(path)
+    _check_cols(table.columns, {"--text-col": text_col, "--text-pair-col": pair_col}, table.where, True)
+    spec = TaskSpec("predict", "classification", text_col=text_col, pair_col=pair_col, id_col=None)
+    return rows_to_split(spec, Path(table.where), table.rows, labelled=False, first_line=table.first_line)
+
+
+@dataclass(frozen=True)
+class PredictConfig(Validated):
+    input: str | None = opt(None, "the texts to label: a .csv, .tsv, .jsonl, .parquet or .arrow file (labels "
+                                  "not needed; a label column is ignored)")
+    output: str | None = opt(None, "directory to write predictions.jsonl (or .csv) into")
+    task: str | None = opt(None, "multi-task runs: the task whose head answers")
+    text_col: str | None = opt(None, "text column of --input (default: the run's)")
+    text_pair_col: str | None = opt(None, "second text column for pair tasks (default: the run's)")
+    max_length: int | None = opt(None, "truncate inputs to this many tokens (default: the run's)")
+    batch_size: int = opt(128, "examples per forward pass")
+    precision: str = opt("fp32", "fp32 or bf16 (autocast)", choices=["fp32", "bf16"])
+    format: str = opt("jsonl", "predictions file format: jsonl (probabilities as an object) or csv (one "
+                               "prob_LABEL column per label)", choices=["jsonl", "csv"])
+    overwrite: bool = opt(False, "replace predictions already in --output")
+
+    def validate(self) -> None:
+        if self.batch_size < 1:
+            raise PtmlabError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.max_length is not None and not 8 <= self.max_length <= 8192:
+            raise PtmlabError(f"--max-length {self.max_length} is out of range: use 8..8192")
+        if self.format not in ("jsonl", "csv"):
+            raise PtmlabError(f"--format '{self.format}' is unknown: choose jsonl or csv")
+        if self.precision not in ("fp32", "bf16"):
+            raise PtmlabError(f"--precision '{self.precision}' is unknown: choose fp32 or bf16")
+
+
+def predict_config(run_dir: str, cfg: PredictConfig, source=None) -> list[dict]:
+    """Predictions of the run in ``run_dir`` for ``cfg.input`` (or ``source``: a string, a list of strings, a
+    DataFrame, Dataset or list of dicts); written to ``cfg.output`` when set. Every input check happens before the
+    model loads."""
+    from ptmlab.core.rundir import RunDir
+    from ptmlab.models.zoo import load_model, load_tokenizer
+
+    run_cfg = RunDir(run_dir).read_config() if (Path(run_dir) / "config.yaml").is_file() else {}
+    text_col, pair_col = run_columns(run_cfg)
+    text_col, pair_col = cfg.text_col or text_col, cfg.text_pair_col or pair_col
+    out_file = None
+    if cfg.output:
+        out_file = Path(cfg.output) / f"predictions.{cfg.format}"
+        if out_file.exists() and not cfg.overwrite:
+            raise PtmlabError(f"'{out_file}' exists: choose another --output or pass --overwrite")
+        if Path(cfg.output).exists() and not Path(cfg.output).is_dir():
+            raise PtmlabError(f"--output '{cfg.output}' is a file: pass a directory")
+    if cfg.input:
+        split = file_split(cfg.input, text_col, pair_col)
+    elif source is None:
+        raise PtmlabError("nothing to predict: pass --input FILE")
+    elif isinstance(source, str) or (isinstance(source, list | tuple) and all(isinstance(t, str) for t in source)):
+        split = text_split(source)
+    else:
+        from ptmlab.data.sources import table_of
+
+        table = table_of(source)
+        from ptmlab.data.loaders import _check_cols
+
+        _check_cols(table.columns, {"--text-col": text_col, "--text-pair-col": pair_col}, table.where, True)
+        spec = TaskSpec("predict", "classification", text_col=text_col, pair_col=pair_col, id_col=None)
+        split = rows_to_split(spec, Path(table.where), table.rows, labelled=False, first_line=table.first_line)
+    model = load_model(run_dir)
+    model.eval()
+    head = model_head(model, cfg.task)
+    preds = predict_split(model, load_tokenizer(run_dir), split, head, cfg.max_length or
+                          int(run_cfg.get("max_length") or 128), cfg.batch_size, cfg.precision, bar=True)
+    if out_file is not None:
+        write_predictions_file(out_file, split, preds, head)
+    return preds
+
+
+def write_predictions_file(path: Path, split: Split, preds: list[dict], head: Head) -> None:
+    """One row per example: its index, text (and pair), label, score and every label's probability."""
+    import csv
+    import io
+    import json
+
+    from ptmlab.core.io import atomic_write_text
+
+    rows = []
+    for i, p in enumerate(preds):
+        row: dict = {"index": i, "text": split.text[i]}
+        if split.text_pair is not None:
+            row["text_pair"] = split.text_pair[i]
+        row.update(p)
+        rows.append(row)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".jsonl":
+        atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        return
+    buf = io.StringIO()
+    fields = list(rows[0].keys() - {"probabilities"}) if rows else ["index", "text"]
+    fields = [f for f in ("index", "text", "text_pair", "label", "score") if f in fields]
+    fields += [f"prob_{name}" for name in head.labels]
+    writer = csv.DictWriter(buf, fieldnames=fields)
+    writer.writeheader()
+    for r in rows:
+        probs = r.pop("probabilities", {})
+        writer.writerow({**r, **{f"prob_{k}": v for k, v in probs.items()}})
+    atomic_write_text(path, buf.getvalue())
