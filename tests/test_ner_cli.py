@@ -1,0 +1,126 @@
+"""Token classification across the CLI: an unseen CoNLL-format dataset fine-tunes, scores and distils; the built-in
+conll2003 task; bad input is one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from tests.conftest import SHARED, assert_clean_error, run_cli
+
+CONLL = SHARED / "ner" / "conll2003"
+needs_conll = pytest.mark.skipif(not (CONLL / "eng.train.gz").is_file(),
+                                 reason=f"CoNLL-2003 not found at {CONLL} (shared data is absent on this machine)")
+
+FIRST = ["alice", "bruno", "chen", "dmitri", "elena", "farah"]
+LAST = ["smith", "okafor", "tanaka", "ivanov", "garcia", "haddad"]
+PLACES = ["paris", "lagos", "lima", "oslo", "kyoto", "quito"]
+FILLER = ["the", "visit", "to", "met", "in", "was", "with", "from", "and", "today"]
+
+
+def _sentences(n: int, seed: int) -> list[list[tuple[str, str]]]:
+    """Words with BIOES tags: two-word people (B-PER E-PER), one-word places (S-GEO), filler (O)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        sent = []
+        for _ in range(rng.randint(3, 7)):
+            r = rng.random()
+            if r < 0.2:
+                sent += [(rng.choice(FIRST), "B-PER"), (rng.choice(LAST), "E-PER")]
+            elif r < 0.4:
+                sent.append((rng.choice(PLACES), "S-GEO"))
+            else:
+                sent.append((rng.choice(FILLER), "O"))
+        out.append(sent)
+    return out
+
+
+def _write_conll(path, sents) -> None:
+    lines = ["-DOCSTART-\tO", ""]
+    for s in sents:
+        lines += [f"{w}\tNN\t{t}" for w, t in s] + [""]
+    path.write_text("\n".join(lines))
+
+
+@pytest.fixture(scope="module")
+def ner_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ner")
+    _write_conll(d / "train.conll", _sentences(240, 0))
+    _write_conll(d / "dev.conll", _sentences(60, 1))
+    run = d / "run"
+    proc = run_cli("finetune", "--model", "tiny", "--task", "geo-ner", "--task-kind", "token-classification",
+                   "--train-file", str(d / "train.conll"), "--dev-file", str(d / "dev.conll"), "--epochs", "6",
+                   "--batch-size", "16", "--lr", "2e-3", "--precision", "fp32", "--output", str(run))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return d, run
+
+
+def test_unseen_conll_dataset_finetunes_and_scores(ner_run):
+    d, run = ner_run
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["labels"] == ["O", "B-GEO", "I-GEO", "B-PER", "I-PER"]  # BIOES read as IOB2
+    m = summary["metrics"]
+    assert m["entity_f1"] > 0.9, m  # the tags are a function of the word: a tiny model learns them
+    assert set(m) >= {"entity_precision", "entity_recall", "f1_GEO", "f1_PER", "token_accuracy"}
+    preds = json.loads((run / "predictions_dev.json").read_text())
+    assert all(len(p) == len(t) for p, t in zip(preds["pred"], preds["tokens"], strict=True))  # a tag per word
+    proc = run_cli("evaluate", str(run), "--dev-file", str(d / "dev.conll"), "--task", "geo-ner",
+                   "--task-kind", "token-classification", "--precision", "fp32")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    again = json.loads(proc.stdout)["metrics"]
+    assert again["entity_f1"] == pytest.approx(m["entity_f1"], abs=1e-9)
+
+
+def test_distilled_tagger_keeps_the_teachers_tags(ner_run):
+    d, run = ner_run
+    out = d / "student"
+    proc = run_cli("distill", "--teacher", str(run), "--student", "layers:1", "--task", "geo-ner", "--task-kind",
+                   "token-classification", "--train-file", str(d / "train.conll"), "--dev-file",
+                   str(d / "dev.conll"), "--epochs", "4", "--batch-size", "16", "--lr", "2e-3", "--precision", "fp32",
+                   "--output", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["params"] < s["teacher_params"]
+    assert s["retained_pct"] > 90 and s["agreement_with_teacher"] > 0.9, s
+    assert s["speedup_b32"] > 0 and s["teacher_latency_b32_ms"] > 0
+
+
+@pytest.mark.parametrize("rows, needle", [
+    ([{"tokens": ["a", "b"], "tags": ["O"]}], "2 tokens but 1 tags"),
+    ([{"tokens": ["a"], "tags": ["PERSON"]}], "unknown tag 'PERSON'"),
+])
+def test_bad_training_data_is_one_line_and_writes_nothing(tmp_path, rows, needle):
+    f = tmp_path / "train.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows * 12))
+    out = tmp_path / "run"
+    proc = run_cli("finetune", "--model", "tiny", "--task", "x", "--task-kind", "token-classification",
+                   "--train-file", str(f), "--output", str(out))
+    assert_clean_error(proc, needle)
+    assert not out.exists()
+
+
+def test_a_dev_tag_the_training_data_never_had(tmp_path):
+    _write_conll(tmp_path / "train.conll", _sentences(20, 0))
+    (tmp_path / "dev.conll").write_text("rome\tB-CITY\n")
+    out = tmp_path / "run"
+    proc = run_cli("finetune", "--model", "tiny", "--task", "x", "--task-kind", "token-classification",
+                   "--train-file", str(tmp_path / "train.conll"), "--dev-file", str(tmp_path / "dev.conll"),
+                   "--output", str(out))
+    assert_clean_error(proc, "'B-CITY' is not in the train tag set")
+    assert not out.exists()
+
+
+@needs_conll
+def test_builtin_conll2003_finetunes_and_evaluate_prints_entity_f1(tmp_path):
+    run = tmp_path / "R"
+    proc = run_cli("finetune", "--model", "tiny", "--task", "conll2003", "--max-train", "64", "--max-eval", "32",
+                   "--max-steps", "2", "--no-test", "--output", str(run))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_cli("evaluate", str(run), "--task", "conll2003", "--max-eval", "32")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert result["examples"] == 32 and 0 <= result["metrics"]["entity_f1"] <= 1
+    assert {"f1_LOC", "f1_MISC", "f1_ORG", "f1_PER"} <= set(result["metrics"])
