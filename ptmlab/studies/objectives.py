@@ -46,10 +46,9 @@ from ptmlab.studies.pretrain_common import (
     PretrainStudyArgs,
     check_seeds,
     compare_rivals,
-    finetune_all,
     flop_spread,
     pretrain_config,
-    pretrain_variant,
+    pretrain_grid,
     scores_figure,
     study_tasks,
     summary_rows,
@@ -120,16 +119,15 @@ def run(argv: list[str]) -> int:
     a = parse_study_args("objectives", ObjectivesArgs, argv, __doc__, small=SMALL, full=FULL)
     out = Path(a.output)
     tasks = study_tasks(a)
+    cells = {(seed, obj): (out / f"{obj}-seed{seed}", seed) for seed in check_seeds(a.seeds) for obj in a.objectives}
+    done = pretrain_grid(a, {(seed, obj): (d, seed, pretrain_config(a, d, seed, objective=obj, arch=ARCH[obj]))
+                             for (seed, obj), (d, _) in cells.items()}, tasks)
     per_seed = []
-    for seed in check_seeds(a.seeds):
-        for obj in a.objectives:
-            run_dir = out / f"{obj}-seed{seed}"
-            s = pretrain_variant(pretrain_config(a, run_dir, seed, objective=obj, arch=ARCH[obj]), a.overwrite)
-            m = s["metrics"]
-            per_seed.append({"objective": obj, "seed": seed, "arch": s["architecture"], "steps": s["steps"],
-                             "tokens": m["tokens"], "flops": m["flops"], "eval_loss": m["eval_loss"],
-                             "tokens_per_second": m["tokens_per_second"],
-                             **finetune_all(a, run_dir, tasks, seed)})
+    for (seed, obj), (s, scores) in done.items():
+        m = s["metrics"]
+        per_seed.append({"objective": obj, "seed": seed, "arch": s["architecture"], "steps": s["steps"],
+                         "tokens": m["tokens"], "flops": m["flops"], "eval_loss": m["eval_loss"],
+                         "tokens_per_second": m["tokens_per_second"], **scores})
     gap = flop_spread([r["flops"] for r in per_seed])
     rows, avg = summary_rows(per_seed, "objective", tasks)
     v = decide(avg, gap)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ptmlab.core.config import build_config, opt
 from ptmlab.core.errors import PtmlabError
-from ptmlab.studies.common import StudyArgs, finetune_variant
+from ptmlab.studies.common import StudyArgs, finetune_run
 from ptmlab.studies.verdict import INCONCLUSIVE, NOT_SUPPORTED, Verdict, decide_above, paired_seeds, same_within_seeds
 
 # with --budget small: tiny subsets and ONE seed so that a study runs in about a minute on two cores (tests, CI);
@@ -157,14 +157,18 @@ def pretrain_variant(cfg, overwrite: bool = False) -> dict:
     return run_pretrain(cfg, command="study")
 
 
-def finetune_all(a, model_dir: Path, tasks: list[str], seed: int) -> dict[str, float]:
-    """Fine-tune ``model_dir`` on every task (into ``model_dir/../ft-<task>``); the main dev metric per task."""
-    scores = {}
-    for task in tasks:
-        s = finetune_variant(a, model_dir.parent / f"{model_dir.name}-ft-{task}", model=str(model_dir), task=task,
-                             seed=seed, test=False)
-        scores[task] = float(s["metrics"][s["main_metric"]])
-    return scores
+def pretrain_grid(a, cells: dict, tasks: list[str]) -> dict:
+    """Pre-train every cell of a study's grid and fine-tune each model on every task (into
+    ``<run dir>-ft-<task>``), as two rounds of independent runs on the study's executor (``executor.run_grid``).
+
+    ``cells`` maps a key to ``(run_dir, seed, PretrainConfig)``; returns ``{key: (pre-training summary, {task: main
+    dev metric})}``, keys in the order given."""
+    from ptmlab.studies.executor import Run, run_grid
+
+    pre = run_grid(a, {k: Run(pretrain_variant, d, (cfg, a.overwrite)) for k, (d, _, cfg) in cells.items()})
+    ft = run_grid(a, {(k, t): finetune_run(a, d.parent / f"{d.name}-ft-{t}", model=str(d), task=t, seed=seed,
+                                           test=False) for k, (d, seed, _) in cells.items() for t in tasks})
+    return {k: (pre[k], {t: float(ft[k, t]["metrics"][ft[k, t]["main_metric"]]) for t in tasks}) for k in cells}
 
 
 # ------------------------------------------------------------------------------------------------ numbers

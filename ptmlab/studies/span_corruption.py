@@ -46,10 +46,9 @@ from ptmlab.studies.pretrain_common import (
     PretrainStudyArgs,
     check_seeds,
     compare_rivals,
-    finetune_all,
     numbers,
     pretrain_config,
-    pretrain_variant,
+    pretrain_grid,
     scores_figure,
     study_tasks,
     summary_rows,
@@ -121,17 +120,19 @@ def run(argv: list[str]) -> int:
     a = parse_study_args("span-corruption", SpanCorruptionArgs, argv, __doc__, small=SMALL, full=FULL)
     out = Path(a.output)
     tasks = study_tasks(a)
-    per_seed = []
+    cells = {}
     for seed in check_seeds(a.seeds):
         for d in numbers(a.noise_densities, "noise-densities"):
             for span in numbers(a.mean_spans, "mean-spans"):
                 run_dir = out / f"t5-{d:g}-{span:g}-seed{seed}"
-                cfg = pretrain_config(a, run_dir, seed, objective="t5", arch="t5", noise_density=d, mean_span=span)
-                s = pretrain_variant(cfg, a.overwrite)
-                m = s["metrics"]
-                per_seed.append({"cell": cell_name(d, span), "noise_density": d, "mean_span": span, "seed": seed,
-                                 "steps": s["steps"], "tokens": m["tokens"], "flops": m["flops"],
-                                 "eval_loss": m["eval_loss"], **finetune_all(a, run_dir, tasks, seed)})
+                cells[seed, d, span] = (run_dir, seed, pretrain_config(a, run_dir, seed, objective="t5", arch="t5",
+                                                                       noise_density=d, mean_span=span))
+    per_seed = []
+    for (seed, d, span), (s, scores) in pretrain_grid(a, cells, tasks).items():
+        m = s["metrics"]
+        per_seed.append({"cell": cell_name(d, span), "noise_density": d, "mean_span": span, "seed": seed,
+                         "steps": s["steps"], "tokens": m["tokens"], "flops": m["flops"],
+                         "eval_loss": m["eval_loss"], **scores})
     rows, avg = summary_rows(per_seed, "cell", tasks)
     v = decide(avg)
     fig = scores_figure(avg, "dev score (average over tasks)", "noise density / mean span")

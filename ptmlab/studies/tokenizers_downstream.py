@@ -48,9 +48,8 @@ from ptmlab.studies.pretrain_common import (
     check_seeds,
     compare_rivals,
     corpus_files,
-    finetune_all,
     pretrain_config,
-    pretrain_variant,
+    pretrain_grid,
     scores_figure,
     study_tasks,
     summary_rows,
@@ -133,18 +132,19 @@ def run(argv: list[str]) -> int:
     out = Path(a.output)
     tasks = study_tasks(a)[:1]
     tokenizers = train_tokenizers(a, out)
-    per_seed = []
+    cells = {}
     for seed in check_seeds(a.seeds):
         for t, tok in tokenizers.items():
             run_dir = out / f"{t}-seed{seed}"
-            cfg = pretrain_config(a, run_dir, seed, objective="mlm", arch="bert", tokenizer=str(tok), max_flops=0.0,
-                                  epochs=a.pretrain_epochs)
-            s = pretrain_variant(cfg, a.overwrite)
-            m = s["metrics"]
-            per_seed.append({"tokenizer": t, "seed": seed, "steps": s["steps"], "tokens": m["tokens"],
-                             "flops": m["flops"], "eval_loss": m["eval_loss"],
-                             "train_corpus_tokens": s["corpus"]["train_tokens"],
-                             **finetune_all(a, run_dir, tasks, seed)})
+            cells[seed, t] = (run_dir, seed, pretrain_config(a, run_dir, seed, objective="mlm", arch="bert",
+                                                             tokenizer=str(tok), max_flops=0.0,
+                                                             epochs=a.pretrain_epochs))
+    per_seed = []
+    for (seed, t), (s, scores) in pretrain_grid(a, cells, tasks).items():
+        m = s["metrics"]
+        per_seed.append({"tokenizer": t, "seed": seed, "steps": s["steps"], "tokens": m["tokens"],
+                         "flops": m["flops"], "eval_loss": m["eval_loss"],
+                         "train_corpus_tokens": s["corpus"]["train_tokens"], **scores})
     rows, avg = summary_rows(per_seed, "tokenizer", tasks)
     v = decide(avg)
     fig = scores_figure(avg, f"dev {tasks[0]}", f"tokenizers at vocabulary {a.vocab_size}")
