@@ -4,6 +4,7 @@ them into a command's config through the one validating builder, running fine-tu
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,10 +155,18 @@ def choose_then_test(candidates: dict[str, list[list[float]]], baseline: list[li
 
 
 def trivial_scores(task: str, max_eval: int | None = 0, seeds=(0,), glue_dir: str | None = None) -> dict | None:
+    """``_trivial_scores`` remembered per (task, subset, seeds): re-deriving results asks for the same ones often."""
+    out = _trivial_scores(task, max_eval or 0, tuple(int(s) for s in (seeds or (0,))), glue_dir)
+    return dict(out) if out is not None else None
+
+
+@functools.lru_cache(maxsize=64)
+def _trivial_scores(task: str, max_eval: int, seeds: tuple, glue_dir: str | None) -> dict | None:
     """What a predictor that ignores its input scores on ``task``'s dev examples (the subset ``--max-eval`` takes
     for each seed, averaged over seeds): ``accuracy`` of the majority class, ``f1`` of predicting the positive class
-    everywhere, ``mcc`` 0 (a constant predictor), ``pearson`` / ``spearman`` 0 for regression. A fine-tuned system
-    must be above these for a comparison of systems to mean anything. None when the data is not at hand."""
+    everywhere, ``mcc`` 0 (a constant predictor), ``pearson`` / ``spearman`` 0 for regression; ``n`` the dev
+    examples. A fine-tuned system must be above these for a comparison of systems to mean anything. None when the
+    data is not at hand."""
     from collections import Counter
 
     from ptmlab.core.errors import PtmlabError
@@ -401,8 +410,9 @@ def above_trivial(record: dict, task: str, metric: str, systems: dict, max_eval:
 
     seeds = (record.get("run") or {}).get("seeds") or [0]
     size = eval_size(record) if max_eval is None else max_eval
-    trivial = (trivial_scores(task, size, seeds) or {}).get(metric)
-    return [seed_interval_above([float(x) for x in scores], trivial, f"{task} {metric} of {name}")
+    t = trivial_scores(task, size, seeds) or {}
+    one = 1.0 / t["n"] if t.get("n") and metric in ("accuracy", "f1") else 0.0  # one dev example's worth
+    return [seed_interval_above([float(x) for x in scores], t.get(metric), f"{task} {metric} of {name}", one)
             for name, scores in systems.items()]
 
 

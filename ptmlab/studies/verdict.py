@@ -410,16 +410,20 @@ def combine(verdicts: Sequence[Verdict], joiner: str = "; ") -> Verdict:
 ROUNDING = 1e-4  # committed per-seed scores carry 4 decimals: a system must clear the trivial score by more
 
 
-def seed_interval_above(scores: Sequence[float], trivial: float | None, what: str) -> Condition:
+def seed_interval_above(scores: Sequence[float], trivial: float | None, what: str,
+                        margin: float = ROUNDING) -> Condition:
     """The validity condition "a fine-tuned system is above its task's trivial predictor by a seed-level interval":
-    the lower end of the t interval over seeds of ``score - trivial`` above ``ROUNDING`` (value: that lower end; one
-    seed or a missing trivial score: not established, value null)."""
+    the lower end of the t interval over seeds of ``score - trivial`` above ``margin`` (at least ``ROUNDING``; one
+    dev example's worth, 1/n, where the caller knows n: seeds that all score the trivial number plus a fraction of
+    an example have no spread and would otherwise pass). Value: that lower end; one seed or a missing trivial score:
+    not established, value null."""
+    margin = max(float(margin), ROUNDING)
     if trivial is None or not scores:
         return Condition.check(f"{what} above the trivial predictor (lower end of the seed-level interval)", None,
-                               ">", ROUNDING)
+                               ">", margin)
     est = mean_interval([float(x) - float(trivial) for x in scores], what)
     return Condition.check(f"{what} minus the trivial predictor {float(trivial):.4f} (lower end of the t interval "
-                           f"over {len(scores)} seed(s))", est.low if math.isfinite(est.low) else None, ">", ROUNDING)
+                           f"over {len(scores)} seed(s))", est.low if math.isfinite(est.low) else None, ">", margin)
 
 
 def assess(verdict: Verdict, validity: Sequence[Condition] = (), paper_effect: float | None = None) -> Verdict:

@@ -1,0 +1,275 @@
+"""Validity conditions, the fourth outcome ("cannot test"), detectable effects and seed-level statistics: every
+outcome from constructed numbers, each study's conditions on constructed records, and every committed result
+checked against its own numbers."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+from ptmlab.studies import load_all
+from ptmlab.studies.rederive import claim_of, module_of, rederive_record
+from ptmlab.studies.verdict import (
+    CANNOT_TEST,
+    INCONCLUSIVE,
+    NOT_SUPPORTED,
+    OUTCOMES,
+    SUPPORTED,
+    Condition,
+    Estimate,
+    Verdict,
+    assess,
+    budget_to_decide,
+    combine,
+    decide_above,
+    decide_within,
+    detectable_effect,
+    hierarchical_bootstrap,
+    holds,
+    paired_bootstrap,
+    paired_seeds,
+    resamples_for,
+)
+from tests.conftest import ROOT
+
+STUDIES = load_all()
+RESULTS = sorted((ROOT / "studies" / "results").glob("*/results.json"))
+
+
+# ------------------------------------------------------------------------------------------------ the framework
+def test_condition_met_follows_its_numbers():
+    assert Condition.check("gap", 0.02, ">", 0.0).met
+    assert not Condition.check("gap", -0.01, ">", 0.0).met
+    assert Condition.check("share", 0.5, "<", 0.8).met and not Condition.check("share", 1.0, "<", 0.8).met
+    missing = Condition.check("gap", None, ">", 0.0)
+    assert not missing.met and missing.value is None and "not recorded" in missing.text()
+    assert not Condition.check("gap", math.nan, ">", 0.0).met
+    with pytest.raises(ValueError):
+        Condition("gap", 0.5, 0.0, False, ">")  # met must agree with value vs threshold
+    with pytest.raises(ValueError):
+        Condition("gap", 0.5, 0.0, True, "~")
+    d = Condition.check("gap", 0.02, ">=", 0.01).to_dict()
+    assert d == {"condition": "gap", "value": 0.02, "threshold": 0.01, "met": True, "compare": ">="}
+    assert Condition.from_dict(d).met
+
+
+def test_every_outcome_from_constructed_numbers_including_cannot_test():
+    good = [Condition.check("teacher above the student", 0.03, ">", 0.0)]
+    bad = good + [Condition.check("shared ticket's share of heads", 1.0, "<", 0.8)]
+    up = decide_above(paired_seeds([0.84, 0.83, 0.85], [0.80, 0.80, 0.81], "gain"))
+    down = decide_above(paired_seeds([0.80, 0.80, 0.81], [0.84, 0.83, 0.85], "gain"))
+    unsure = decide_above(paired_seeds([0.80, 0.70, 0.76], [0.75, 0.76, 0.74], "gain"))
+    assert [assess(v, good).outcome for v in (up, down, unsure)] == [SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE]
+    for v in (up, down, unsure):
+        ct = assess(v, bad)
+        assert ct.outcome == CANNOT_TEST and ct.rule_outcome == v.outcome
+        assert "shared ticket's share of heads: 1 >= 0.8 (unmet)" in ct.reason and ct.estimate == v.estimate
+        d = ct.to_dict()
+        assert d["outcome"] == CANNOT_TEST and [c["met"] for c in d["validity"]] == [True, False]
+        assert d["rule"]["outcome"] == v.outcome
+    with pytest.raises(ValueError):  # an unmet condition cannot go with any other outcome
+        Verdict(SUPPORTED, "x", validity=tuple(bad))
+    assert CANNOT_TEST in OUTCOMES and len(OUTCOMES) == 4
+    # a part that cannot test makes the whole claim untestable, whatever the other parts say
+    assert combine([up, assess(down, bad)]).outcome == CANNOT_TEST
+
+
+def test_detectable_effect_is_the_power_formula():
+    est = paired_seeds([0.80, 0.82, 0.81], [0.70, 0.71, 0.73], "gain")  # t interval, df 2
+    se = (est.high - est.value) / 4.302653
+    assert detectable_effect(est) == pytest.approx((4.302653 + 1.060660) * se, rel=1e-4)
+    assert detectable_effect(paired_seeds([0.9], [0.1], "g")) is None  # one run: nothing measured
+    assert detectable_effect(paired_seeds([0.5, 0.5], [0.5, 0.5], "g")) is None  # no spread: noise unmeasured
+    normal = Estimate("m", 0.0, -0.0196, 0.0196, 1000, "bootstrap over 1000 examples (95%)")
+    assert detectable_effect(normal) == pytest.approx((1.959964 + 0.841621) * 0.01, rel=1e-4)
+    # what would decide it: the spread of one seed, (z + z_power) x SD / effect, squared
+    sd = se * math.sqrt(3)
+    assert budget_to_decide(est, 0.005) == math.ceil(((1.959964 + 0.841621) * sd / 0.005) ** 2)
+
+
+def test_underpowered_inconclusive_says_so_with_the_budget_that_would_decide():
+    v = decide_above(paired_seeds([0.90, 0.86, 0.91], [0.89, 0.90, 0.89], "gain"))
+    assert v.outcome == INCONCLUSIVE and "could detect ±" in v.reason
+    small = assess(v, [], paper_effect=0.006)  # super-tickets: +0.6 points
+    assert "underpowered: could detect ±" in small.reason and "the paper reports 0.006" in small.reason
+    assert re.search(r"about \d+ seeds would decide it", small.reason)
+    assert small.to_dict()["detectable_effect"] == pytest.approx(v.detectable_effect)
+    assert small.to_dict()["paper_effect"] == 0.006
+    big = assess(v, [], paper_effect=0.5)  # an effect the run could have seen: no note
+    assert "underpowered" not in big.reason
+    eq = decide_within(paired_seeds([0.80, 0.83, 0.78], [0.80, 0.80, 0.80], "d"), 0.01)
+    assert eq.outcome == INCONCLUSIVE and "can never fit inside it" in eq.reason
+
+
+def test_hierarchical_bootstrap_keeps_seed_noise_that_pooling_hides():
+    """Three seeds that disagree (+10, 0 and -2 points) on 800 shared examples: pooling the seeds' copies of each
+    example as 2,400 independent examples gives a narrow interval that excludes 0; resampling seeds, then
+    examples, keeps the seed-to-seed spread and includes it."""
+    rng = np.random.default_rng(0)
+    base = (rng.random((3, 800)) < 0.8).astype(float)
+    shift = [0.10, 0.0, -0.02]
+    other = base.copy()
+    for k, s in enumerate(shift):
+        idx = rng.choice(800, size=int(abs(s) * 800), replace=False)
+        other[k, idx] = 1.0 if s > 0 else 0.0
+        base[k, idx] = 0.0 if s > 0 else 1.0
+    pooled = paired_bootstrap(other.ravel(), base.ravel(), "gain")
+    hier = hierarchical_bootstrap(other, base, "gain")
+    assert pooled.low > 0 and decide_above(pooled).outcome == SUPPORTED  # the old, pooled answer
+    assert hier.low < 0 < hier.high and hier.df == 2 and hier.n == 3
+    assert hier.value == pytest.approx(pooled.value)
+    one = hierarchical_bootstrap(other[:1], base[:1], "gain")
+    assert math.isinf(one.low) and decide_above(one).outcome == INCONCLUSIVE
+
+
+def test_choose_then_test_tests_at_the_seed_level():
+    from ptmlab.studies.common import choose_then_test
+
+    rng = np.random.default_rng(1)
+    base = [list((rng.random(400) < 0.8).astype(float)) for _ in range(3)]
+    cand = [list(b) for b in base]
+    for k, flips in enumerate([40, -10, -10]):  # one lucky seed
+        for i in range(1, 400, 2)[:abs(flips)]:
+            cand[k][i] = 1.0 if flips > 0 else 0.0
+    chosen, _, est = choose_then_test({"a": cand}, base, "gain")
+    assert chosen == "a" and "hierarchical" in est.method and est.n == 3 and est.low < 0
+
+
+def test_bonferroni_tail_gets_enough_resamples():
+    n = resamples_for(1 - 0.05 / 144)
+    assert n * 0.05 / 144 / 2 >= 20 and n >= 115_000
+    assert resamples_for(0.95) == 2000
+
+
+# ------------------------------------------------------------------------------------------------ each study
+def _record(**kw) -> dict:
+    return {"run": {"command": "ptmlab study x --budget full --output runs/x", "budget": "full", "seeds": [0, 1, 2]},
+            **kw}
+
+
+def test_distillation_needs_a_teacher_that_beats_the_student_alone():
+    from ptmlab.studies.distillation import validity
+
+    def rows(teacher):
+        return [{"method": "teacher", "accuracy": teacher},
+                {"method": "none", "accuracy": 0.78, "per_seed": [0.775, 0.783, 0.778]},
+                {"method": "pkd", "accuracy": 0.78, "per_seed": [0.779, 0.790, 0.778]}]
+    weak = {c.condition: c for c in validity(_record(rows=rows(0.7706), chosen_method="pkd",
+                                                     train_epochs={"reference": 1, "compared": 1}))}
+    strong = {c.condition: c for c in validity(_record(rows=rows(0.90), chosen_method="pkd",
+                                                       train_epochs={"reference": 1, "compared": 1}))}
+    key = next(k for k in weak if k.startswith("teacher"))
+    assert not weak[key].met and weak[key].value < 0
+    assert strong[key].met and strong[key].value > 0.1
+    assert all(c.met for c in strong.values()) or not any("trivial" in k for k in strong)
+
+
+def test_reference_budget_condition():
+    from ptmlab.studies.common import reference_budget
+
+    assert reference_budget({"train_epochs": {"reference": 1.0, "compared": 2.0}})[0].value == 0.5
+    assert not reference_budget({"train_epochs": {"reference": 1.0, "compared": 2.0}})[0].met
+    assert reference_budget({"train_epochs": {"reference": 2.0, "compared": 2.0}})[0].met
+    missing = reference_budget({})[0]
+    assert missing.value is None and not missing.met
+
+
+def test_ticket_sharing_needs_a_ticket_smaller_than_the_model():
+    from ptmlab.studies.ticket_sharing import validity
+
+    def share(heads):
+        conds = validity(_record(shared_ticket_size=[{"heads": heads, "heads_total": 72}], tasks=[]))
+        return next(c for c in conds if "share of heads" in c.condition)
+    assert not share(72).met and share(72).value == 1.0
+    assert share(40).met
+
+
+def test_trivial_predictor_condition_reads_the_task_data():
+    from ptmlab.studies.common import above_trivial, trivial_scores
+
+    t = trivial_scores("sst2")
+    if t is None:
+        pytest.skip("no GLUE data here")
+    assert t["accuracy"] == pytest.approx(444 / 872) and t["f1"] == pytest.approx(2 * 444 / (444 + 872))
+    above, at = above_trivial(_record(), "sst2", "accuracy", {"good": [0.80, 0.81, 0.82], "chance": [0.51] * 3}, 0)
+    assert above.met and not at.met
+    mrpc = trivial_scores("mrpc")
+    assert mrpc["f1"] == pytest.approx(0.8122, abs=1e-4)  # the all-positive F1: "0.8122" is chance on MRPC
+
+
+def test_data_quality_is_decided_downstream_and_a_tie_is_not_support():
+    from ptmlab.studies.data_quality import decide
+
+    tie = decide([0.08, 0.07, 0.09], [0.0, 0.0, 0.0])
+    assert tie.outcome == INCONCLUSIVE and "does not separate" in tie.reason
+    assert decide([0.0, 0.0, 0.0], [0.02, 0.03, 0.025]).outcome == SUPPORTED  # downstream decides, loss beside
+    assert decide([0.2, 0.2, 0.2], [-0.02, -0.03, -0.025]).outcome == NOT_SUPPORTED
+
+
+def test_pretraining_must_leave_the_unigram_plateau():
+    from ptmlab.studies.pretrain_common import pretrain_validity
+
+    runs = [{"objective": "mlm", "seed": s, "eval_loss": loss} for s, loss in enumerate([6.1, 6.2, 6.0])]
+    plateau = pretrain_validity(_record(per_seed=runs, tasks=[], unigram_entropy=6.3), "objective")[-1]
+    learnt = pretrain_validity(_record(per_seed=runs, tasks=[], unigram_entropy=8.0), "objective")[-1]
+    unknown = pretrain_validity(_record(per_seed=runs, tasks=[]), "objective")[-1]
+    assert not plateau.met and learnt.met and unknown.value is None and not unknown.met
+
+
+def test_attention_explanation_measure_is_fixed_not_chosen():
+    from ptmlab.studies.attention_explanation import PRIMARY, decide
+
+    rng = np.random.default_rng(2)
+    res = [{"seed": s, "tau_last_grad": 0.6 + 0.01 * rng.standard_normal(), "tau_last_loo": 0.1,
+            "tau_mean_grad": 0.1, "tau_mean_loo": 0.1, "tau_grad_loo": 0.3, "permutation_tvd": 0.01}
+           for s in range(3) for _ in range(50)]
+    v = decide(res)
+    # the low-agreement measures would make part 1 "supported"; the fixed measure decides it
+    assert PRIMARY == "tau_last_grad" and v.parts[0].outcome == NOT_SUPPORTED and PRIMARY in v.parts[0].reason
+
+
+def test_every_registered_study_declares_conditions_and_checks_them():
+    for name in STUDIES.names():
+        module = module_of(name, STUDIES)
+        claim = claim_of(module, name)
+        assert claim is not None and claim.conditions, name
+        assert callable(getattr(module, "validity", None)), name
+        doc = module.__doc__ or ""
+        assert doc.find("Validity conditions") >= 0, name
+        conds = module.validity({"run": {}})  # an empty record: every condition unmet, value null
+        assert conds and all(isinstance(c, Condition) for c in conds), name
+        assert not all(c.met for c in conds), name
+
+
+# ------------------------------------------------------------------------------------------------ committed results
+@pytest.mark.parametrize("path", RESULTS, ids=[p.parent.name for p in RESULTS])
+def test_committed_result_validity_matches_its_own_numbers(path):
+    res = json.loads(path.read_text(encoding="utf-8"))
+    assert res["outcome"] in OUTCOMES
+    assert isinstance(res["validity"], list) and res["validity"], "every result lists its conditions"
+    for c in res["validity"]:
+        assert set(c) >= {"condition", "value", "threshold", "met"}
+        assert c["met"] == holds(c["value"], c.get("compare", ">"), c["threshold"]), c
+    unmet = [c for c in res["validity"] if not c["met"]]
+    assert (res["outcome"] == CANNOT_TEST) == bool(unmet)
+    if res["outcome"] == INCONCLUSIVE:
+        assert "detectable_effect" in res
+    text = path.read_text(encoding="utf-8")
+    assert not re.search(r'"/(work|tmp|home|root|Users)/', text) and "/work/" not in text, "absolute machine path"
+    # judged again from its own numbers, the record is what is committed (outcome, conditions, reason)
+    again = rederive_record(path.parent.name, res, STUDIES)
+    assert again["outcome"] == res["outcome"] and again["validity"] == res["validity"]
+    assert again["reason"] == res["reason"]
+
+
+def test_committed_results_named_by_the_issue_are_cannot_test():
+    """The comparisons that could not test their claims say so: a teacher weaker than the student alone, a shared
+    ticket of every head, downstream models at chance."""
+    def outcome(name):
+        return json.loads((ROOT / "studies" / "results" / name / "results.json").read_text())["outcome"]
+    for name in ("distillation", "ticket-sharing", "data-quality", "objectives", "static-vs-contextual"):
+        assert outcome(name) == CANNOT_TEST, name
