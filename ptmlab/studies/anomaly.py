@@ -29,6 +29,9 @@ is both parts; a part whose data are absent is inconclusive.
 Method: Gaussians per layer on a reference corpus (one fit per seed, each on its own reference sample: ``--seeds``;
 a pair's correctness is averaged over seeds), BLiMP accuracy per layer and field, and the surprisal gap per layer on
 the psycholinguistic sets. ``--budget full``: mpnet (12 layers, the paper's size), seeds 0,1,2.
+
+Its seeds are reference samples of one model's features, an analysis rather than training runs: it runs in
+this process under either ``--executor``.
 """
 
 from __future__ import annotations

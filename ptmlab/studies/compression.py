@@ -37,6 +37,9 @@ landed at; the plot is the compression Pareto plot (dev against batch-32 latency
 whole study is repeated per seed (its own fine-tuned model, recoveries and student, in ``OUTPUT/seed-S``), rows are
 means over seeds and the verdict pools the seeds' dev examples. ``--budget full``: mpnet, seeds 0,1,2 and the whole
 dev set.
+
+It runs in this process under either ``--executor``: each seed's methods time their latency, which runs
+sharing a machine would distort.
 """
 
 from __future__ import annotations

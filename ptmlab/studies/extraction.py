@@ -30,6 +30,9 @@ log, and watermarking (verified on the copy). Adaptive attackers (``ptmlab/studi
 over query variants against the watermark (``vote``), function-word padding against the detector acting with
 ``block`` (``padded``), and the defences' false alarms on real SST-2 / tweets / review / German text
 (``false-alarms``).
+
+It runs in this process under either ``--executor``: every attack goes through the one serving store (keys,
+usage, audit log) that the defences read and reset.
 """
 
 from __future__ import annotations

@@ -42,6 +42,9 @@ segments in order, a memory of two segments), reported beside the rule, which it
 ``--budget small`` runs the tiny random model on a synthetic long task (``ptmlab.longseq.synthetic``: class keywords
 scattered over 240 filler words) at 64-256 tokens with one seed in about a minute: it checks the machinery, not
 the claims (one seed is inconclusive by construction). ``--budget full`` runs 3 seeds and 3 passes per cost cell.
+
+It runs in this process under either ``--executor``: its table reports each variant's training speed, which
+runs sharing a machine would distort.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ held-out domains of student minus TF-IDF.
 Budgets: ``--budget small`` runs the tiny model on 40 examples of three domains (books, dvd, airline), one seed
 (inconclusive by construction); ``--budget full`` runs 3 seeds on 1,600 examples per domain (the paper's teacher
 size is ``--model mpnet``, not tried here, hours on a CPU).
+
+It runs in this process under either ``--executor``: within a seed the students distil from teachers
+trained first and the meta-teacher is shared across domains (its seeds could be submitted as runs).
 """
 
 from __future__ import annotations

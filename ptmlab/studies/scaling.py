@@ -28,6 +28,8 @@ Budgets: ``--budget small`` sweeps three tiny sizes over three small budgets wit
 construction); the default grid (2x64, 4x128, 4x256 at 1e11-3e12 FLOPs, 256 held-out blocks, the WikiText-2
 validation and test text) runs two seeds, ``--budget full`` three (about 25 minutes on 2 cores). An earlier default
 (1x32-4x128 at 3e10-3e11) gave its larger models 5-59 steps: too few to say anything (docs/scaling.md).
+
+Its runs go through ``ptmlab scale`` and its own parallel workers (``--workers``), not the study executor.
 """
 
 from __future__ import annotations

@@ -26,6 +26,9 @@ all keep, which can leave a layer empty and is then a one-line error) applied to
 subsets, one seed (no interval: inconclusive); default: seeds 0,1,2; full: the ``multitask`` study's full budget
 (2,000 examples per task, 3 epochs, rate 1e-4, whole dev sets), so the two studies' single-task and full multi-task
 runs are the same runs.
+
+It runs in this process under either ``--executor``: the shared ticket is built from every task's
+single-task run of the seed, and the multi-task ticket run starts from it.
 """
 
 from __future__ import annotations

@@ -22,7 +22,10 @@ against BPE fertility) is reported beside it.
 
 Budgets: ``--budget small`` trains on 300 lines at vocabulary 400 with the joint tokenizers as the only rivals;
 ``--budget full`` trains on all of the text (Multi30k) at vocabulary 8,000 against the joint tokenizers and XLM-R.
-Tokenization is deterministic: the noise is the choice of held-out sentences, hence the bootstrap, not seeds."""
+Tokenization is deterministic: the noise is the choice of held-out sentences, hence the bootstrap, not seeds.
+
+It trains and scores tokenizers in this process under either ``--executor`` (no grid of training runs).
+"""
 
 from __future__ import annotations
 
