@@ -118,6 +118,8 @@ def test_ray_grid_matches_the_sequential_run(tmp_path):
 
 @needs_ray
 def test_a_failing_ray_run_is_raised_as_its_own_error_after_the_others_finish(tmp_path):
+    """On a two-core local cluster: a PtmlabError inside a run is raised as itself once the other run has finished
+    (and kept its directory); a run larger than the cluster is refused instead of waiting for ever."""
     import ray
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the stand-in runs live in this test module
@@ -125,6 +127,9 @@ def test_a_failing_ray_run_is_raised_as_its_own_error_after_the_others_finish(tm
     try:
         with pytest.raises(PtmlabError, match="--task in bad is not a task"):
             RayExecutor(workers=2, cpus_per_run=1).map(runs)
+        # the cluster now running has 2 cores: a run asking for 4 would wait for ever, so it is refused
+        with pytest.raises(PtmlabError, match="--ray-cpus-per-run 4: the Ray cluster has 2 core"):
+            RayExecutor(workers=1, cpus_per_run=4).map(runs[1:])
     finally:
         ray.shutdown()
     assert (tmp_path / "good" / "value.txt").read_text() == "3"  # the other run finished and was kept

@@ -116,9 +116,12 @@ class RayExecutor:
             return []
         ray = self._ray()
         env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
+        total = ray.cluster_resources().get("CPU", 0)
+        if total < self.cpus_per_run:  # Ray would wait for ever for a node that large
+            raise PtmlabError(f"--ray-cpus-per-run {self.cpus_per_run}: the Ray cluster has {total:g} core(s); ask "
+                              f"for fewer per run")
         task = ray.remote(num_cpus=self.cpus_per_run, max_retries=0)(_in_worker)
         refs = [task.options(name=str(r.run_dir)).remote(os.getcwd(), env, self.cpus_per_run, r) for r in runs]
-        total = ray.cluster_resources().get("CPU", 0)
         print(f"ray: {len(runs)} run(s), {self.cpus_per_run} core(s) each, {int(total // self.cpus_per_run)} at "
               f"once", flush=True)
         index = {ref: i for i, ref in enumerate(refs)}
