@@ -103,8 +103,9 @@ FULL = dict(FULL_FINETUNE)  # what --budget full runs: seeds 0,1,2 and the whole
 def run(argv: list[str]) -> int:
     from ptmlab.models.latency import parameter_count
     from ptmlab.models.zoo import load_model, load_tokenizer
-    from ptmlab.studies.common import finetune_variant, seed_dir, seed_list
+    from ptmlab.studies.common import finetune_run, seed_dir, seed_list
     from ptmlab.studies.compress_common import change_run, dev_correctness, measure_run, measurer, prune_run, start
+    from ptmlab.studies.executor import Run, run_grid
 
     a = parse_study_args("ghost", GhostStudyArgs, argv, __doc__, small=SMALL, full=FULL)
     seeds = seed_list(a)
@@ -115,22 +116,27 @@ def run(argv: list[str]) -> int:
     raw = out / "pruned-raw"
     prune_run(a, ft, raw, heads=a.heads, ffn=a.ffn)
     equal_raw = out / "equal-raw"
-    frac = None
     correct: dict[str, list] = {"pruned": [], "ghost": [], "equal": []}
+    dirs = {(k, seed): seed_dir(out, k, seed, seeds) for seed in seeds for k in correct}
+    # two rounds of the grid: (a) and (b) for every seed, then (c), pruned to (b)'s parameter count
+    first = {}
     for seed in seeds:
-        dirs = {k: seed_dir(out, k, seed, seeds) for k in correct}
-        finetune_variant(a, dirs["pruned"], model=str(raw), seed=seed, test=False)
-        g = change_run(a, "ghost", str(raw), dirs["ghost"], ghost_kernel=a.ghost_kernel, seed=seed)
-        target = g["params"]
-        if target >= params_ft:
-            raise PtmlabError(f"the ghost model has {target:,} parameters, no fewer than the unpruned {params_ft:,}: "
-                              f"prune more (--heads/--ffn) or use a smaller --ghost-kernel")
-        if frac is None:
-            frac = equal_params_fraction(load_model(ft), target)
-            prune_run(a, ft, equal_raw, heads=frac, ffn=frac)
-        finetune_variant(a, dirs["equal"], model=str(equal_raw), seed=seed, test=False)
-        for k, d in dirs.items():
-            correct[k].append(dev_correctness(meas, load_model(str(d))))
+        first["pruned", seed] = finetune_run(a, dirs["pruned", seed], model=str(raw), seed=seed, test=False)
+        first["ghost", seed] = Run(change_run, dirs["ghost", seed], (a, "ghost", str(raw), dirs["ghost", seed]),
+                                   dict(ghost_kernel=a.ghost_kernel, seed=seed))
+    first = run_grid(a, first)
+    g = first["ghost", seeds[-1]]
+    target = g["params"]
+    if target >= params_ft:
+        raise PtmlabError(f"the ghost model has {target:,} parameters, no fewer than the unpruned {params_ft:,}: "
+                          f"prune more (--heads/--ffn) or use a smaller --ghost-kernel")
+    frac = equal_params_fraction(load_model(ft), target)
+    prune_run(a, ft, equal_raw, heads=frac, ffn=frac)
+    run_grid(a, {seed: finetune_run(a, dirs["equal", seed], model=str(equal_raw), seed=seed, test=False)
+                 for seed in seeds})
+    for seed in seeds:
+        for k in correct:
+            correct[k].append(dev_correctness(meas, load_model(str(dirs[k, seed]))))
 
     last = {k: seed_dir(out, k, seeds[-1], seeds) for k in correct}
     pruned_label = f"heads -{a.heads:.0%}, FFN -{a.ffn:.0%}"
