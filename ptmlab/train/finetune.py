@@ -7,7 +7,7 @@ import dataclasses
 from ptmlab.core.seed import set_seed
 from ptmlab.data.taskdata import label_names, load_task_data
 from ptmlab.train.args import FinetuneConfig
-from ptmlab.train.lifecycle import build_task_model, fine_tune, finish_run, prepare_run
+from ptmlab.train.lifecycle import build_task_model, encode_task, fine_tune, finish_run, prepare_run
 from ptmlab.train.strategies import make_strategy
 
 
@@ -47,10 +47,11 @@ def run_finetune(cfg: FinetuneConfig, resume: bool = False, command: str = "fine
     tokenizer = load_tokenizer(with_revision(cfg.model, getattr(cfg, "revision", None)))
     set_seed(cfg.seed)
     model = build_task_model(cfg, data)
+    enc = encode_task(tokenizer, data, cfg.max_length)  # encoding checks too (a QA window too short for a question)
     run = session.open()
     strategy = make_strategy(cfg)
     fit = fine_tune(model, tokenizer, data, cfg, run, loss_fn=loss_fn, strategy=strategy, resume=resume,
-                     evaluator=evaluator)
+                     evaluator=evaluator, enc=enc)
     summary = {"task": data.spec.name, "model": cfg.model, "strategy": cfg.strategy, **fit.train_summary(),
                "labels": label_names(data), "main_metric": data.spec.main_metric}
     return finish_run(session, fit, tokenizer, data, summary,
