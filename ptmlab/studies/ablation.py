@@ -52,6 +52,7 @@ from ptmlab.studies.common import (
     seed_list,
     write_study,
 )
+from ptmlab.studies.executor import Run, run_grid
 from ptmlab.studies.verdict import (
     INCONCLUSIVE,
     NOT_SUPPORTED,
@@ -66,10 +67,11 @@ from ptmlab.studies.verdict import (
 )
 
 _RULE = ("per unit, the accuracy change on removal, paired per example against the intact model, 95% interval "
-         "(hierarchical bootstrap: seeds, then examples; one model: over examples); harmless when its lower end >= "
-         "-tolerance, harmful when its upper end < -tolerance. "
-         "Supported when >= 75% of units are harmless AND some unit's removal helps (Bonferroni interval above 0); "
-         "not supported when > 25% are harmful or no removal raises accuracy at all; otherwise inconclusive")
+         "(seeds, then examples, resampled: a hierarchical bootstrap; one given model: a bootstrap over "
+         "examples); harmless when its lower end >= -tolerance, harmful when its upper end < -tolerance. "
+         "Supported when >= 75% of units are harmless AND some unit's removal helps (Bonferroni interval above "
+         "0); not supported when > 25% are harmful or no removal raises accuracy at all; otherwise "
+         "inconclusive.")
 _CONDITIONS = (
     "the intact fine-tuned model above the task's majority-class accuracy by a t interval over seeds",
     "per-unit intervals resample seeds, then examples (or come from one given model), never seeds' copies pooled",
@@ -241,9 +243,11 @@ def _run(kind: str, argv: list[str]) -> int:
     if Path(a.model).is_dir():
         seeds = [a.seed]  # a given fine-tuned model: one model, no seeds to repeat
     base, removed, tables = [], {}, []
+    caches = {seed: seed_dir(out, f"{kind}-ablation", seed, seeds).with_suffix(".json") for seed in seeds}
+    done = run_grid(a, {seed: Run(seed_ablation, cache, (a, out, kind, seed, seeds, cache))
+                        for seed, cache in caches.items()})
     for seed in seeds:
-        table, b, rem = ablate_once(fine_tuned_model(a, out, seed, seeds), a, kind,
-                                    seed_dir(out, f"{kind}-ablation", seed, seeds).with_suffix(".json"))
+        table, b, rem = done[seed]
         tables.append(table)
         base.append(b)
         for u, c in rem.items():
@@ -263,6 +267,11 @@ def _run(kind: str, argv: list[str]) -> int:
                        "base_per_seed": [t.base for t in tables]},
                 claim=CLAIMS[kind], budget=a.budget, seeds=seeds, validity=validity)
     return 0
+
+
+def seed_ablation(a, out: Path, kind: str, seed: int, seeds: list[int], cache: Path):
+    """One seed of the study's grid: its fine-tuning (unless ``a.model`` is one), then ``ablate_once``."""
+    return ablate_once(fine_tuned_model(a, out, seed, seeds), a, kind, cache)
 
 
 def _mean_table(tables):

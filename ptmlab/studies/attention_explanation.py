@@ -43,7 +43,8 @@ import numpy as np
 from ptmlab.core.config import opt
 from ptmlab.studies import STUDIES
 from ptmlab.studies.ablation import fine_tuned_model
-from ptmlab.studies.common import SMALL_FINETUNE, StudyArgs, parse_study_args, seed_list, write_study
+from ptmlab.studies.common import SMALL_FINETUNE, StudyArgs, parse_study_args, seed_dir, seed_list, write_study
+from ptmlab.studies.executor import Run, run_grid
 from ptmlab.studies.verdict import (
     INCONCLUSIVE,
     NOT_SUPPORTED,
@@ -64,12 +65,13 @@ CLAIM = Claim(
     source="Q12; Jain & Wallace, NAACL 2019 (Attention is not Explanation)",
     paper="BiLSTM-attention models: Kendall tau of attention vs gradient importance mostly below 0.3-0.5; permuted "
           "attention moves the output by a median TVD under about 0.05 on most datasets",
-    rule="measure fixed in advance: tau_last_grad (last-layer [CLS] attention vs gradient importance; the other "
-         "three pairs reported beside it). 95% hierarchical bootstrap (seeds, then examples): mean tau_last_grad "
-         "below 0.3, AND gradient vs "
-         "leave-one-out agreeing better than it (paired difference above 0), AND the share of examples with "
-         "permutation TVD < 0.05 above 0.5; not supported when any part lies wholly on the wrong side; else "
-         "inconclusive",
+    rule="the measure is fixed here: ``tau_last_grad``, Kendall's tau between the last layer's [CLS] attention and "
+         "gradient importance -- the analogue of Jain & Wallace's single attention layer feeding the classifier, "
+         "against their first importance measure (gradients); the three other attention-importance pairs are "
+         "reported beside it, never chosen. 95% interval (hierarchical bootstrap: seeds, then dev examples; one "
+         "given model: a bootstrap over examples): mean tau_last_grad below 0.3, AND gradient vs leave-one-out "
+         "agreeing better than it (paired difference above 0), AND the share of examples with permutation TVD < 0.05"
+         " above 0.5; not supported when any part lies wholly on the wrong side; else inconclusive.",
     conditions=(
         "the explained fine-tuned models above the task's majority-class accuracy by a t interval over seeds",
     ),
@@ -102,8 +104,6 @@ FULL = {"max_eval": 0, "seeds": ["0", "1", "2"]}  # what --budget full runs: eve
 @STUDIES.register("attention-explanation", help="Q12: is attention an explanation? (Kendall tau, permutations)")
 def run(argv: list[str]) -> int:
     from ptmlab.analysis import plots
-    from ptmlab.analysis.explanation import explain
-    from ptmlab.analysis.taskdata import load_analysis_input
 
     a = parse_study_args("attention-explanation", ExplanationStudyArgs, argv, __doc__, small=SMALL,
                          full=FULL)
@@ -111,14 +111,10 @@ def run(argv: list[str]) -> int:
     seeds = seed_list(a)
     if Path(a.model).is_dir():
         seeds = [a.seed]  # a given fine-tuned model: one model, no seeds to repeat
-    res, adv_runs = [], []
-    for seed in seeds:
-        inp = load_analysis_input(fine_tuned_model(a, out, seed, seeds), a, attn_implementation="eager",
-                                  split="dev")
-        res += [{"seed": seed, **asdict(r)} for r in explain(inp.model, inp.enc, set(inp.tokenizer.all_special_ids),
-                                                               a.permutations, seed)]
-        if a.adv_steps:
-            adv_runs.append(_adversarial_search(inp, a, seed))
+    done = run_grid(a, {seed: Run(_explain_seed, seed_dir(out, "finetuned", seed, seeds), (a, out, seed, seeds))
+                        for seed in seeds})
+    res = [r for seed in seeds for r in done[seed][0]]
+    adv_runs = [done[seed][1] for seed in seeds if done[seed][1] is not None]
     keys = (*KEYS, "tau_grad_loo")
     med = {k: float(np.nanmedian([r[k] for r in res])) for k in keys}
     tvd = np.array([r["permutation_tvd"] for r in res])
@@ -167,6 +163,18 @@ def _per_seed_rows(res: list[dict], seeds: list[int]) -> list[dict]:
                      "median": float((np.array([r["permutation_tvd"] for r in mine]) < 0.05).mean()),
                      "mean": float(np.nanmean([r["tau_last_grad"] for r in mine]))})
     return rows
+
+
+def _explain_seed(a: ExplanationStudyArgs, out: Path, seed: int, seeds: list[int]) -> tuple[list[dict], object]:
+    """One seed of the study's grid: its fine-tuning (unless ``--model`` is one), every dev example's explanation
+    statistics and, with ``--adv-steps``, the adversarial search (else None)."""
+    from ptmlab.analysis.explanation import explain
+    from ptmlab.analysis.taskdata import load_analysis_input
+
+    inp = load_analysis_input(fine_tuned_model(a, out, seed, seeds), a, attn_implementation="eager", split="dev")
+    res = [{"seed": seed, **asdict(r)} for r in explain(inp.model, inp.enc, set(inp.tokenizer.all_special_ids),
+                                                        a.permutations, seed)]
+    return res, _adversarial_search(inp, a, seed) if a.adv_steps else None
 
 
 def _adversarial_search(inp, a: ExplanationStudyArgs, seed: int):

@@ -42,7 +42,8 @@ from ptmlab.core.config import build_config, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.io import atomic_write_text
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import StudyArgs, finetune_variant, parse_study_args, write_study
+from ptmlab.studies.common import StudyArgs, finetune_run, parse_study_args, write_study
+from ptmlab.studies.executor import Run, run_grid
 from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, decide_above, mean_interval
 
 CLAIM = Claim(
@@ -50,10 +51,13 @@ CLAIM = Claim(
     claim="A smaller, cleaner pre-training corpus beats a larger raw one.",
     source="Q4; Raffel et al., T5, JMLR 2020, Table 8",
     paper="GLUE average 83.28 pre-training on C4 (filtered) vs 81.46 on the unfiltered crawl",
-    rule="decided downstream: per seed d_task = clean fine-tuned metric - raw fine-tuned metric (the same seed "
-         "pre-trains and fine-tunes both), 95% paired t interval over seeds; against the larger raw corpus: "
-         "supported when it lies above 0, not supported when below 0, inconclusive otherwise (a tie on every seed, "
-         "[0, 0], is inconclusive). The held-out loss gap raw - clean is reported beside it, secondary.",
+    rule="for each seed d_task = clean fine-tuned metric - raw fine-tuned metric (the same seed pre-trains and "
+         "fine-tunes both), with a 95% paired t interval over seeds. Against the larger raw corpus: supported "
+         "when the interval lies above 0, not supported when it lies below 0, inconclusive otherwise -- a tie "
+         "on every seed (an interval [0, 0]) is inconclusive, never support. The held-out loss gap d_loss = raw"
+         " - clean is reported beside it, secondary: it is measured on clean prose of the cleaned corpus's "
+         "kind. The same rule at equal tokens answers the narrower question \"is clean text worth more per "
+         "token\" (reported beside).",
     conditions=(
         "every fine-tuned model above the task's majority-class accuracy by a t interval over seeds",
         "pre-training moved the held-out loss below 0.9 x the held-out text's unigram cross-entropy, every corpus",
@@ -203,17 +207,22 @@ def run(argv: list[str]) -> int:
     a = parse_study_args("data-quality", DataQualityArgs, argv, __doc__, small=SMALL, full=FULL)
     out = Path(a.output)
     corpora = build_corpora(a, out)
+    seeds = sorted({int(s) for s in a.seeds})
+
+    def pt(v: str, seed: int, **kw) -> Run:
+        d = out / f"pt-{v}-s{seed}"
+        return Run(pretrain, d, (a, corpora["clean" if v == "clean" else "raw"], corpora["valid"], seed, d), kw)
+
+    # three rounds of the grid: clean and full raw pre-training; raw at the clean run's steps; every fine-tuning
+    res = run_grid(a, {(v, seed): pt(v, seed) for seed in seeds for v in ("clean", "raw_full")})
+    res.update(run_grid(a, {("raw_equal", seed): pt("raw_equal", seed, max_steps=res["clean", seed]["steps"])
+                            for seed in seeds}))
+    fts = run_grid(a, {(v, seed): finetune_run(a, out / f"ft-{v}-s{seed}", model=str(out / f"pt-{v}-s{seed}"),
+                                               seed=seed, test=False) for seed in seeds for v in VARIANTS})
     rows = []
-    for seed in sorted({int(s) for s in a.seeds}):
-        res = {}
-        res["clean"] = pretrain(a, corpora["clean"], corpora["valid"], seed, out / f"pt-clean-s{seed}")
-        res["raw_equal"] = pretrain(a, corpora["raw"], corpora["valid"], seed, out / f"pt-raw_equal-s{seed}",
-                                    max_steps=res["clean"]["steps"])
-        res["raw_full"] = pretrain(a, corpora["raw"], corpora["valid"], seed, out / f"pt-raw_full-s{seed}")
+    for seed in seeds:
         for v in VARIANTS:
-            ft = finetune_variant(a, out / f"ft-{v}-s{seed}", model=str(out / f"pt-{v}-s{seed}"), seed=seed,
-                                  test=False)
-            s = res[v]
+            ft, s = fts[v, seed], res[v, seed]
             rows.append({"variant": v, "seed": seed, "steps": s["steps"], "tokens": s["metrics"]["tokens"],
                          "eval_loss": s["metrics"]["eval_loss"], "task": a.task,
                          "task_metric": ft["metrics"][ft["main_metric"]], "metric": ft["main_metric"]})
