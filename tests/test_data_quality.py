@@ -42,8 +42,10 @@ def test_study_cleans_pretrains_finetunes_and_decides(tmp_path):
         assert v["loss_diffs"] == [pytest.approx(rows[(key, s)]["eval_loss"] - rows[("clean", s)]["eval_loss"])
                                    for s in (0, 1)]
     assert res["cleaning"]["noise_removed"] >= 0.8 and res["corpora"]["clean_docs"] < res["corpora"]["raw_docs"]
-    assert res["outcome"] == res["verdicts"]["raw_full"]["verdict"] and res["claim"]["study"] == "data-quality"
-    assert "a cleaner corpus beats a larger raw one: " in res["verdict"] and res["run"]["seeds"] == [0, 1]
+    assert res["rule"]["outcome"] == res["verdicts"]["raw_full"]["verdict"] and res["claim"]["study"] == "data-quality"
+    assert (res["outcome"] == "cannot test") == any(not c["met"] for c in res["validity"])
+    assert not next(c for c in res["validity"] if "unigram" in c["condition"])["met"]  # not measured by this run
+    assert "a cleaner corpus beats a larger raw one, downstream: " in res["verdict"] and res["run"]["seeds"] == [0, 1]
     # the same held-out file for every run
     valid = {json.loads((out / f"pt-{v}-s0" / "summary.json").read_text())["corpus"]["valid_tokens"]
              for v in ("clean", "raw_equal", "raw_full")}

@@ -107,7 +107,8 @@ def test_study_small_budget(tmp_path):
     r = json.loads((tmp_path / "s" / "results.json").read_text())
     systems = {row["system"]: row for row in r["rows"]}
     assert {"static", "contextual", "finetuned"} <= set(systems)
-    assert r["outcome"] in (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE) and r["claim"]["study"] == "static-vs-contextual"
-    gain = systems["contextual - static (paired bootstrap)"]["accuracy"]
+    assert r["claim"]["study"] == "static-vs-contextual" and r["rule"]["outcome"] == INCONCLUSIVE  # one seed
+    assert r["outcome"] == "cannot test"  # one seed: no system shown above chance by a seed-level interval
+    gain = systems["contextual - static (hierarchical bootstrap)"]["accuracy"]
     assert gain == pytest.approx(systems["contextual"]["accuracy"] - systems["static"]["accuracy"], abs=1e-9)
     assert r["run"]["budget"] == "small" and r["run"]["seeds"] == [0]

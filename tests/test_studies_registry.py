@@ -1,5 +1,6 @@
 """Every registered study runs end to end with ``--budget small`` (a loop over the registry, so a study is covered
-the day it is registered) and writes results.json with its table and verdict, and report.html."""
+the day it is registered) and writes results.json with its table and verdict, and report.html; the verdict's values
+are checked against its own numbers (``check_judged``)."""
 
 from __future__ import annotations
 
@@ -79,7 +80,29 @@ def test_registered_study_runs_on_a_small_budget(name, tmp_path, capsys):
     assert (out / "report.html").stat().st_size > 500
     printed = capsys.readouterr().out
     assert "verdict:" in printed
+    check_judged(name, res)
     EXTRA_CHECKS.get(name, lambda r: None)(res)
+
+
+def check_judged(name: str, res: dict) -> None:
+    """The values of a study's verdict, not only its shape: every condition's ``met`` is its value against its
+    threshold, any unmet condition makes the outcome "cannot test", one seed never decides a claim, and the record
+    judged again from its own numbers (``ptmlab.studies.rederive``) gives the same outcome and conditions."""
+    from ptmlab.studies.rederive import rederive_record
+    from ptmlab.studies.verdict import CANNOT_TEST, INCONCLUSIVE, OUTCOMES, holds
+
+    assert res["outcome"] in OUTCOMES and res["validity"], res
+    for c in res["validity"]:
+        assert c["met"] == holds(c["value"], c["compare"], c["threshold"]), c
+    assert (res["outcome"] == CANNOT_TEST) == any(not c["met"] for c in res["validity"])
+    assert res["verdict"] == f"{res['outcome']}: {res['reason']}"
+    if len(res["run"]["seeds"] or []) == 1:  # one seed: no condition rests on a seed-level interval
+        assert all(c["value"] is None for c in res["validity"] if "over 1 seed" in c["condition"]
+                   or "seed-level interval" in c["condition"]), res["validity"]
+    if res["outcome"] == INCONCLUSIVE:
+        assert "detectable_effect" in res
+    again = rederive_record(name, res, STUDIES)
+    assert again["outcome"] == res["outcome"] and again["validity"] == res["validity"]
 
 
 def test_small_budget_preset_yields_to_explicit_flags(tmp_path):
