@@ -99,7 +99,7 @@ def test_a_run_directory_named_like_a_zoo_model_is_served_as_itself(victim, stor
     for name in ZOO.names():
         shutil.copytree(victim, tmp_path / name)
         assert resolve(name) == (name, None)  # the directory wins over the zoo name
-        with serve_in_thread(create_app(name, ServeConfig(detector=False), store)) as url:
+        with serve_in_thread(create_app(name, ServeConfig(detector=False, public_metrics=True), store)) as url:
             health = httpx.get(f"{url}/healthz").json()
             answer = post(url, key, {"texts": ["great"]}).json()
         assert health["labels"] == ["neg", "pos"] and health["task"] == "synthetic"  # the run, not the zoo model
@@ -160,7 +160,7 @@ def test_timed_out_and_over_budget_work_is_not_computed(victim, store):
         assert r.status_code == 408
         time.sleep(2.0)  # the batcher reached the request after its client stopped waiting
         assert post(url, key, {"texts": ["a", "b", "c", "d"]}).status_code == 429  # over budget: refused up front
-        metrics = httpx.get(f"{url}/metrics").text
+        metrics = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {key}"}).text
     assert "ptmlab_batch_size_count 0" in metrics  # no forward pass ran for either
     kid = store.resolve_key("k").id
     assert store.used_today(kid) == 0 and store.usage(kid) == {}

@@ -164,7 +164,8 @@ def test_unknown_task_and_mismatched_fields_are_422_and_not_charged(served, stor
     assert store.used_today(store.resolve_key("mt").id) == 0  # refused before admission: nothing charged
     assert post(client, key, {"texts": ["x"], "text_pairs": ["y"], "task": "stsb"}).status_code == 200
     assert store.used_today(store.resolve_key("mt").id) == 1
-    assert 'ptmlab_rejects_total{reason="invalid"} 6' in client.get("/metrics").text
+    metrics = client.get("/metrics", headers={"Authorization": f"Bearer {key}"}).text
+    assert 'ptmlab_rejects_total{reason="invalid"} 6' in metrics
 
 
 def test_concurrent_requests_for_different_tasks_match_single_requests(served):

@@ -122,13 +122,15 @@ def test_bad_bodies_are_short_4xx_and_endpoints_show_no_paths(victim, store):
         bodies = [b'{"texts":' + b"[" * 100_000, b'{"texts": ["a"], "task": "\\ud800"}',
                   b'{"texts": ["a"], "' + b"k" * 900_000 + b'": 1}',
                   json.dumps({"texts": ["a"], "task": "t" * 900_000}).encode(),
-                  b'{"texts": ["a"], "texts": ["b"]}', b'{"texts": ["\\u001b[2J"], "task": "\\u001b[2J\\n"}']
+                  b'{"texts": ["a"], "texts": ["b"]}', b'{"texts": ["\\u001b[2J"], "task": "\\u001b[2J\\n"}',
+                  '{"texts": ["a"]}'.encode("utf-16")]
         for raw in bodies:
             r = post_raw(url, key, raw)
             assert 400 <= r.status_code < 500, (raw[:40], r.status_code, r.text[:200])
             error = r.json()["error"]
             assert len(error) < 400 and "\x1b" not in error and "\n" not in error, error[:500]
         assert "duplicate key 'texts'" in post_raw(url, key, bodies[4]).json()["error"]
+        assert httpx.get(f"{url}/v1/predict/").status_code == 404  # no redirect
         health = httpx.get(f"{url}/healthz")
         spec = httpx.get(f"{url}/openapi.json")
         answer = post_raw(url, key, b'{"texts": ["good film"]}')

@@ -185,6 +185,7 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
     app = FastAPI(title="ptmlab inference API", version="1", lifespan=lifespan,
                   description=f"Predictions of {name} ({served}); output policy {policy.name}.")
     app.state.store, app.state.batcher, app.state.metrics, app.state.info = store, batcher, metrics, info
+    app.router.redirect_slashes = False  # /v1/predict/ is 404, not a redirect a client may follow elsewhere
 
     async def in_thread(fn, *args, **kw):
         return await asyncio.to_thread(fn, *args, **kw)
@@ -332,7 +333,7 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
 
     def parse_request(body: bytes) -> tuple[PredictRequest | None, str | None]:
         try:
-            data = json.loads(body, object_pairs_hook=_no_duplicates)
+            data = json.loads(body.decode("utf-8"), object_pairs_hook=_no_duplicates)  # JSON is UTF-8 (RFC 8259)
         except RecursionError:
             return None, "the body nests too deeply: send JSON {\"texts\": [\"...\"]}"
         except (ValueError, UnicodeDecodeError) as e:
