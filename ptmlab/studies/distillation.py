@@ -228,7 +228,10 @@ def run(argv: list[str]) -> int:
                 extra={"chosen_method": chosen,
                        "selection": "dev examples at even positions choose the method; odd positions report",
                        "beside_the_claim": sorted(m for m in a.methods if m in BESIDE),
-                       "train_epochs": {"reference": a.epochs, "compared": a.epochs},
+                       # TinyBERT-style methods add an intermediate stage to the task epochs
+                       "train_epochs": {"reference": a.epochs, "compared": a.epochs + max(
+                           (METHODS[m].get("intermediate_epochs", 0.0) for m in a.methods
+                            if m in METHODS and m not in BESIDE), default=0.0)},
                        **({"general_text": general} if general else {})},
                 claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
