@@ -192,6 +192,7 @@ def run(argv: list[str]) -> int:
     from ptmlab.data.loaders import load_task
     from ptmlab.report.plots import bar_plot
     from ptmlab.studies.common import dev_correct, seed_dir, seed_list
+    from ptmlab.studies.executor import Run, run_grid
 
     a = parse_study_args("distillation", DistillationStudyArgs, argv, __doc__, small=SMALL, full=FULL)
     bad = [m for m in a.methods if m != "none" and m not in METHODS]
@@ -203,10 +204,12 @@ def run(argv: list[str]) -> int:
     general = _general_text(a, out) if "tinybert_aug" in a.methods else None
     texts = load_task(a.task, a.glue_dir).splits["dev"].text[:64]
     t_lat = _latency(teacher, texts)
+    done = run_grid(a, {(method, seed): Run(_distill, run, (a, teacher, method, run, seed, general))
+                        for method in a.methods for seed in seeds for run in [seed_dir(out, method, seed, seeds)]})
     rows, correct = [], {}
     for method in a.methods:
         runs = [seed_dir(out, method, seed, seeds) for seed in seeds]
-        summ = [_distill(a, teacher, method, run, seed, general) for run, seed in zip(runs, seeds, strict=True)]
+        summ = [done[method, seed] for seed in seeds]
         correct[method] = [dev_correct(run) for run in runs]
         s = summ[-1]
         main = s["main_metric"]
