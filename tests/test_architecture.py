@@ -28,6 +28,7 @@ FLOORS = {
     "scaling": 3,
     "export": 3,
     "studies": 4,
+    "integrations": 4,  # ptmlab inside transformers.Trainer scripts (over train and distill)
     "api": 5,  # the Python API: verbs over the capabilities, the commands parse flags into it
     "commands": 6, "__main__": 7, "cli": 7, "__init__": 0,
 }

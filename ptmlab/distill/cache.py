@@ -242,11 +242,15 @@ class LiveTeacher(_Reader):
         self._feats: dict = {}
         self._all_logits: torch.Tensor | None = None
 
-    @torch.no_grad()
     def _run(self, idx: list[int]) -> None:
+        self.run_batch(collate(self.enc, idx, self.pad_id), idx)
+
+    @torch.no_grad()
+    def run_batch(self, batch: dict, idx: list[int]) -> None:
+        """The teacher's features for one batch of input tensors, kept for ``gather(key, idx, ...)`` (the
+        transformers Trainer bridge hands its batches in here)."""
         self.teacher.eval()
         device = next(self.teacher.parameters()).device
-        batch = collate(self.enc, idx, self.pad_id)
         inputs = {k: v.to(device) for k, v in model_inputs(self.teacher, batch).items()}
         out = self.tap.run(self.teacher, inputs)
         mask = inputs["attention_mask"]

@@ -1,0 +1,1 @@
+"""ptmlab inside other libraries' training scripts: ``ptmlab.integrations.trainer`` for transformers' ``Trainer``."""

@@ -1,0 +1,140 @@
+"""ptmlab in a stock ``transformers.Trainer`` script on ``tiny``: the optimizer/scheduler factory (layer-wise rates,
+slanted triangular schedule), the gradual-unfreezing callback and the distillation Trainer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+datasets = pytest.importorskip("datasets")
+
+from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
+
+from ptmlab.integrations.trainer import (  # noqa: E402
+    DistillationTrainer,
+    GradualUnfreezing,
+    optimizer_and_scheduler,
+)
+from ptmlab.models.zoo import load_model, load_tokenizer  # noqa: E402
+from ptmlab.train.optim import depth_groups  # noqa: E402
+from tests.synthetic import NEG, POS  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def data():
+    """A tokenized ``datasets.Dataset`` of a keyword task (label 1: a positive word), as a Trainer user has one."""
+    import random
+
+    rng = random.Random(0)
+    rows = []
+    for _ in range(256):
+        label = rng.random() < 0.5
+        words = rng.choices(["the", "film", "was", "plot", "a", "story"], k=rng.randint(2, 8))
+        words.insert(rng.randint(0, len(words)), rng.choice(POS if label else NEG))
+        rows.append({"text": " ".join(words), "label": int(label)})
+    tok = load_tokenizer("tiny")
+    ds = datasets.Dataset.from_list(rows).map(lambda b: tok(b["text"], truncation=True, max_length=32),
+                                              batched=True, remove_columns=["text"])
+    return ds, tok
+
+
+def _args(tmp_path, **kw):
+    base = dict(output_dir=str(tmp_path), per_device_train_batch_size=16, learning_rate=3e-3, logging_steps=1,
+                save_strategy="no", report_to=[], use_cpu=True, seed=0, disable_tqdm=True)
+    return TrainingArguments(**{**base, **kw})
+
+
+class GradRecorder(TrainerCallback):
+    """Which layer groups got gradients at each optimizer step."""
+
+    def __init__(self, groups):
+        self.groups, self.trained = groups, []
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        params = dict(model.named_parameters())
+        self.trained.append([g for g, names in self.groups if any(params[n].grad is not None for n in names)])
+
+
+def test_gradual_unfreezing_callback_unfreezes_a_group_every_k_steps(data, tmp_path):
+    ds, tok = data
+    torch.manual_seed(0)
+    model = load_model("tiny", num_labels=2)
+    groups = depth_groups(model)
+    assert [g for g, _ in groups] == ["head", "layer.1", "layer.0", "embeddings"]
+    emb = [n for n in groups[-1][1]]
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if n in emb}
+    unfreeze, recorder = GradualUnfreezing(every=2), GradRecorder(groups)
+    trainer = Trainer(model=model, args=_args(tmp_path, max_steps=8), train_dataset=ds,
+                      data_collator=DataCollatorWithPadding(tok), callbacks=[unfreeze, recorder])
+    trainer.train()
+    names = ["head", "layer.1", "layer.0", "embeddings"]
+    assert recorder.trained == [names[:1 + step // 2] for step in range(8)]
+    assert unfreeze.schedule == [{"group": g, "from_step": 2 * i} for i, g in enumerate(names)]
+    assert all(p.requires_grad for p in model.parameters())  # trainable again after training
+    # the embeddings trained only in the last two steps: they moved, but not before step 6
+    assert any(not torch.equal(before[n], dict(model.named_parameters())[n]) for n in emb)
+
+
+def test_unfreezing_spreads_the_steps_over_the_groups_by_default(data, tmp_path):
+    ds, tok = data
+    model = load_model("tiny", num_labels=2)
+    unfreeze = GradualUnfreezing()
+    Trainer(model=model, args=_args(tmp_path, max_steps=12), train_dataset=ds,
+            data_collator=DataCollatorWithPadding(tok), callbacks=[unfreeze]).train()
+    assert [s["from_step"] for s in unfreeze.schedule] == [0, 3, 6, 9]  # as `finetune --strategy gradual-unfreeze`
+
+
+def test_factory_gives_layer_wise_rates_and_the_slanted_triangular_schedule(data, tmp_path):
+    ds, tok = data
+    torch.manual_seed(0)
+    model = load_model("tiny", num_labels=2)
+    args = _args(tmp_path, max_steps=40, learning_rate=4e-3)
+    optimizer, scheduler = optimizer_and_scheduler(model, args, 40, llrd=0.5, schedule="stlr")
+    peak = {g["group"]: g["initial_lr"] for g in optimizer.param_groups}
+    assert peak == {"head": 4e-3, "layer.1": 4e-3, "layer.0": 2e-3, "embeddings": 1e-3}
+    trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=DataCollatorWithPadding(tok),
+                      optimizers=(optimizer, scheduler))
+    trainer.train()
+    logs = [r for r in trainer.state.log_history if "loss" in r]
+    lrs = [r["learning_rate"] for r in logs]
+    top = lrs.index(max(lrs))
+    assert top == 3 and max(lrs) == pytest.approx(4e-3)  # ULMFiT: rise over cut_frac 0.1 of 40 steps, then decay
+    assert lrs[0] == pytest.approx(4e-3 * (1 + 0.25 * 31) / 32) and lrs[-1] < lrs[top] / 8
+    first, last = sum(r["loss"] for r in logs[:8]) / 8, sum(r["loss"] for r in logs[-8:]) / 8
+    assert last < first - 0.1, (first, last)  # the keyword task is learnt
+
+
+def test_distillation_trainer_trains_a_student_towards_its_teacher(data, tmp_path):
+    from ptmlab.distill.students import build_student
+
+    ds, tok = data
+    torch.manual_seed(0)
+    teacher = load_model("tiny", num_labels=2)
+    Trainer(model=teacher, args=_args(tmp_path / "t", max_steps=40), train_dataset=ds,
+            data_collator=DataCollatorWithPadding(tok)).train()
+    student = build_student("layers:1", teacher, 2, False, ["neg", "pos"])
+    trainer = DistillationTrainer(model=student, args=_args(tmp_path / "s", max_steps=30), train_dataset=ds,
+                                  data_collator=DataCollatorWithPadding(tok), teacher=teacher,
+                                  losses=["soft_ce", "hidden_mse"], alpha=1.0)
+    trainer.train()
+    logs = [r["loss"] for r in trainer.state.log_history if "loss" in r]
+    assert len(logs) == 30 and sum(logs[-5:]) / 5 < 0.5 * sum(logs[:5]) / 5, logs
+
+    @torch.no_grad()
+    def predictions(model):
+        batch = DataCollatorWithPadding(tok)([{k: ds[i][k] for k in ("input_ids", "attention_mask")}
+                                              for i in range(128)])
+        return model.eval()(**batch).logits.argmax(-1)
+
+    assert (predictions(student) == predictions(teacher)).float().mean() > 0.9
+
+
+def test_distillation_trainer_names_an_unknown_loss(data, tmp_path):
+    from ptmlab.core.errors import PtmlabError
+
+    ds, tok = data
+    teacher = load_model("tiny", num_labels=2)
+    with pytest.raises(PtmlabError, match="soft_kl"):
+        DistillationTrainer(model=load_model("tiny", num_labels=2), args=_args(tmp_path), train_dataset=ds,
+                            teacher=teacher, losses=["soft_kl"])
