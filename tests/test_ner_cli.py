@@ -74,6 +74,18 @@ def test_unseen_conll_dataset_finetunes_and_scores(ner_run):
     assert again["entity_f1"] == pytest.approx(m["entity_f1"], abs=1e-9)
 
 
+def test_predict_tags_every_word(ner_run):
+    d, run = ner_run
+    (d / "sents.jsonl").write_text(json.dumps({"tokens": ["alice", "smith", "met", "oslo"]}) + "\n"
+                                   + json.dumps({"text": "the visit to lima"}) + "\n")
+    proc = run_cli("predict", str(run), "--input", str(d / "sents.jsonl"), "--output", str(d / "tags"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(x) for x in (d / "tags" / "predictions.jsonl").read_text().splitlines()]
+    assert rows[0]["tokens"] == ["alice", "smith", "met", "oslo"]
+    assert rows[0]["tags"] == ["B-PER", "I-PER", "O", "B-GEO"]
+    assert rows[1]["tags"] == ["O", "O", "O", "B-GEO"] and all(0 < p <= 1 for p in rows[1]["scores"])
+
+
 def test_distilled_tagger_keeps_the_teachers_tags(ner_run):
     d, run = ner_run
     out = d / "student"

@@ -65,16 +65,12 @@ def test_unseen_qa_dataset_with_windows_finetunes_and_scores(qa_run):
 
 
 def test_predictions_are_spans_of_their_contexts(qa_run):
-    from types import SimpleNamespace
-
-    from ptmlab.train.spans import predict_spans
-
     d, run = qa_run
     rows = [{"question": r["question"], "context": r["context"]} for r in _examples(12, 7)]
     _jsonl(d / "questions.jsonl", rows)
-    cfg = SimpleNamespace(input=str(d / "questions.jsonl"), max_length=None, batch_size=8, precision="fp32")
-    run_cfg = json.loads(json.dumps({"max_length": 48, "doc_stride": 16}))
-    answers = predict_spans(str(run), "extractive-qa", cfg, run_cfg)
+    proc = run_cli("predict", str(run), "--input", str(d / "questions.jsonl"), "--output", str(d / "answers"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    answers = [json.loads(x) for x in (d / "answers" / "predictions.jsonl").read_text().splitlines()]
     assert len(answers) == 12
     for a, r in zip(answers, rows, strict=True):
         assert a["answer"] and r["context"][a["start"]:a["end"]] == a["answer"]

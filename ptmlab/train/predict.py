@@ -138,6 +138,7 @@ def predict_config(run_dir: str, cfg: PredictConfig, source=None) -> list[dict]:
     model loads."""
     from ptmlab.core.rundir import RunDir
     from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.train.spans import predict_spans, span_kind, write_span_predictions
 
     run_cfg = RunDir(run_dir).read_config() if (Path(run_dir) / "config.yaml").is_file() else {}
     text_col, pair_col = run_columns(run_cfg)
@@ -149,6 +150,12 @@ def predict_config(run_dir: str, cfg: PredictConfig, source=None) -> list[dict]:
             raise PtmlabError(f"'{out_file}' exists: choose another --output or pass --overwrite")
         if Path(cfg.output).exists() and not Path(cfg.output).is_dir():
             raise PtmlabError(f"--output '{cfg.output}' is a file: pass a directory")
+    kind = span_kind(run_dir)
+    if kind is not None:  # a tagger (tags per word) or a span extractor (answers with character offsets)
+        preds = predict_spans(run_dir, kind, cfg, run_cfg, source)
+        if out_file is not None:
+            write_span_predictions(out_file, preds)
+        return preds
     if cfg.input:
         split = file_split(cfg.input, text_col, pair_col)
     elif source is None:

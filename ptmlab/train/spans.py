@@ -177,16 +177,19 @@ def token_inputs(source) -> list[list[str]]:
         from ptmlab.data.sources import table_of
 
         table = table_of(source)
-    if "tokens" in table.columns:
-        sents = [s.tokens for s in sentences_from_rows(table.rows, table.where, "tokens", None, table.first_line)]
-    elif "text" in table.columns:
-        sents = [str(r.get("text") or "").split() for r in table.rows]
-    else:
-        raise PtmlabError(f"{table.where}: rows need 'tokens' (a list of words) or 'text' (columns: "
-                          f"{', '.join(table.columns)})")
-    for i, s in enumerate(sents):
-        if not s:
-            raise PtmlabError(f"{table.where}: example {i} has no words: give every row some")
+    sents = []
+    for n, row in enumerate(table.rows):
+        at = f"{table.where}:{n + table.first_line}" if table.first_line else f"{table.where}[{n}]"
+        if row.get("tokens") is not None:
+            words = sentences_from_rows([row], table.where, "tokens", None, n + table.first_line)[0].tokens
+        elif row.get("text") is not None:
+            words = str(row["text"]).split()
+        else:
+            raise PtmlabError(f"{at}: the row needs 'tokens' (a list of words) or 'text' (it has: "
+                              f"{', '.join(map(str, row))})")
+        if not words:
+            raise PtmlabError(f"{at}: no words to tag: give every row some")
+        sents.append(words)
     return sents
 
 
@@ -210,3 +213,28 @@ def predict_spans(run_dir: str, kind: str, cfg, run_cfg: dict, source=None) -> l
     sentences = token_inputs(src)
     model, tok = load_model(run_dir), load_tokenizer(run_dir)
     return tag_words(model, tok, sentences, cfg.max_length or recorded, cfg.batch_size, cfg.precision)
+
+
+def write_span_predictions(path, preds: list[dict]) -> None:
+    """predictions.jsonl (one object per sentence or question, with its index) or .csv (tokens, tags and scores
+    space-separated; answers one column per field)."""
+    import csv
+    import io
+    import json
+    from pathlib import Path
+
+    from ptmlab.core.io import atomic_write_text
+
+    path = Path(path)
+    rows = [{"index": i, **p} for i, p in enumerate(preds)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".jsonl":
+        atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        return
+    flat = [{k: " ".join("" if x is None else str(x) for x in v) if isinstance(v, list) else v for k, v in r.items()}
+            for r in rows]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(flat[0]) if flat else ["index"])
+    writer.writeheader()
+    writer.writerows(flat)
+    atomic_write_text(path, buf.getvalue())
