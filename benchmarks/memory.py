@@ -152,6 +152,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--docs", nargs="+", help="markdown files to read commands from (default: README.md, docs/*.md)")
     p.add_argument("--verbs", default=",".join(TRAINS), help="verbs to run, comma-separated")
+    p.add_argument("--sources", help="only these examples, as FILE:LINE (e.g. README.md:38,README.md:89)")
+    p.add_argument("--cache-sides", default="on,off", help="teacher cache settings of the distillation commands")
+    p.add_argument("--append", action="store_true",
+                   help="keep the other records of an existing result file (a rerun replaces its own)")
     p.add_argument("--max-steps", type=int, default=20, help="step cap for verbs with --max-steps")
     p.add_argument("--model", help="swap the zoo models of the commands for this one (tests: tiny)")
     p.add_argument("--scaling", help="training sizes for the distill scaling runs, e.g. 4000,all")
@@ -174,7 +178,7 @@ def main() -> None:
     for where, command in doc_commands(docs):
         verb = command.split()[1]
         row = {"source": where, "command": command, "verb": verb}
-        if verb not in verbs:
+        if verb not in verbs or (a.sources and where not in a.sources.split(",")):
             continue
         argv, why = prepare(command, scratch, made, a.max_steps, a.model, flags)
         if argv is None:
@@ -182,7 +186,8 @@ def main() -> None:
             print(f"skip {where}: {why}", flush=True)
             continue
         out = _output_of(argv)
-        sides = [("on", argv)] + ([("off", [*argv, "--no-teacher-cache"])] if verb in DISTILS else [])
+        sides = [(c, argv if c == "on" else [*argv, "--no-teacher-cache"]) for c in a.cache_sides.split(",")]
+        sides = sides if verb in DISTILS else [("on", argv)]
         for cache, args in sides:
             if cache == "off" and out is not None:
                 args = [*args[:args.index("--output") + 1], str(out) + "-nocache", *args[args.index("--output") + 2:]]
@@ -219,6 +224,11 @@ def main() -> None:
                     print(f"scaling {size} [{cache}]: peak {r['peak_rss_mib']:.0f} MiB, {rec['train_examples']} "
                           f"examples, exit {r['rc']}", flush=True)
 
+    dest = Path(a.output) if a.output else result_path("memory")
+    if a.append and dest.is_file():
+        old = json.loads(dest.read_text(encoding="utf-8"))
+        rows = [r for r in old["commands"] if r["source"] not in {x["source"] for x in rows}] + rows
+        scaling = scaling or old.get("scaling", [])
     ok = [r for r in rows if r.get("status") == "ok"]
     readme = [r for r in ok if r["source"].startswith("README.md")]
     on = [r for r in scaling if r["teacher_cache"] == "on" and r["rc"] == 0 and r["train_examples"]]
@@ -237,7 +247,6 @@ def main() -> None:
     }
     result = {"benchmark": "memory", "machine": machine_info(), "max_steps": a.max_steps, "model": a.model,
               "commands": rows, "scaling": scaling, "targets": targets}
-    dest = Path(a.output) if a.output else result_path("memory")
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(f"\n{'command':58} {'cache':5} {'examples':>8} {'peak MiB':>9} {'status'}")

@@ -103,3 +103,31 @@ def test_a_cache_larger_than_the_free_disk_is_refused_before_any_work(files, tea
     assert stages == ["teacher outputs", "final"]  # each stage logged as it starts
     assert rows.index(next(r for r in rows if r.get("stage") == "final")) < rows.index(
         next(r for r in rows if "loss" in r))
+
+
+def test_a_run_killed_while_the_teacher_runs_says_so_and_resumes(files, teacher, tmp_path, monkeypatch):
+    from tests.conftest import run_cli
+
+    out = tmp_path / "k"
+    cfg = DistillConfig(teacher=teacher, task="synthetic", train_file=files["train"], dev_file=files["dev"],
+                        max_length=32, student="layers:1", losses=["soft_ce", "cosine"], max_steps=3,
+                        output=str(out), precision="fp32", teacher_batch_size=8)
+    calls = {"n": 0}
+    original = cache._store_batch
+
+    def dies(*a, **k):
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise KeyboardInterrupt  # the kill, as the teacher's third batch is written
+        return original(*a, **k)
+
+    monkeypatch.setattr(cache, "_store_batch", dies)
+    with pytest.raises(KeyboardInterrupt):
+        run_distill(cfg)
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["stage"] == "teacher outputs" and rows[-1]["examples"] == 48
+    assert not (out / "checkpoint").exists()
+    r = run_cli("distill", "--resume", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["steps"] == 3 and s["teacher_cache"] == "computed"

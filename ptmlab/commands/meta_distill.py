@@ -18,6 +18,8 @@ def register(sub) -> None:
     p.add_argument("--domain", dest="domain_files", action="append", metavar="NAME=FILE", default=argparse.SUPPRESS,
                    help="an extra domain from a local csv/tsv/jsonl file (repeatable)")
     add_config_args(p, MetaDistillConfig)
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a killed meta-distillation (a saved meta-teacher "
+                                                       "is reused, the student continues from its checkpoint)")
     p.set_defaults(func=run)
 
 
@@ -26,8 +28,14 @@ def run(args: argparse.Namespace) -> int:
 
     from ptmlab.distill.metakd import run_meta_distill
 
-    cfg = resolve_config(MetaDistillConfig, args, args.config)
-    s = run_meta_distill(cfg)
+    if args.resume:
+        from ptmlab.core.rundir import RunDir
+
+        cfg = RunDir.resume_config(args.resume, MetaDistillConfig, "meta-distill")
+        s = run_meta_distill(cfg, resume=True)
+    else:
+        cfg = resolve_config(MetaDistillConfig, args, args.config)
+        s = run_meta_distill(cfg)
     if int(os.environ.get("RANK", "0")) == 0:
         per = ", ".join(f"{n} {v['student']:.4f}{'' if v['seen'] else ' (unseen)'}"
                         for n, v in s["per_domain_test_accuracy"].items())

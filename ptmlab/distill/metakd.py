@@ -222,8 +222,11 @@ def load_meta_teacher(path: str, names: list[str]):
     return load_model(path), load_tokenizer(path), head
 
 
-def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill") -> dict:
-    """Meta-teacher learning (or a saved meta-teacher) then meta-distillation; a normal run directory."""
+def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill", resume: bool = False) -> dict:
+    """Meta-teacher learning (or a saved meta-teacher) then meta-distillation; a normal run directory.
+
+    ``resume``: continue a killed run. A meta-teacher it saved (RUN/meta_teacher) is reused rather than trained
+    again; the student continues from its checkpoint, or starts again when it had none yet."""
     from ptmlab.core.rundir import RunDir
     from ptmlab.core.seed import set_seed
     from ptmlab.data.encode import encode_split
@@ -234,6 +237,7 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill") -> d
     from ptmlab.distill.matches import ModelInfo
     from ptmlab.distill.multilingual import device
     from ptmlab.distill.objective import DistillObjective
+    from ptmlab.distill.pipeline import restart_unless_checkpointed
     from ptmlab.distill.report import write_distill_report
     from ptmlab.distill.students import build_student
     from ptmlab.distill.teacher import fingerprint
@@ -243,7 +247,12 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill") -> d
 
     if not cfg.student.startswith(("layers:", "shrink:")):
         raise PtmlabError(f"student '{cfg.student}' is not built from the meta-teacher: use layers:K or shrink:...")
-    session = prepare_run(cfg, command)
+    saved_teacher = Path(cfg.output) / "meta_teacher"
+    reused = resume and not cfg.meta_teacher and (saved_teacher / "domain_head.safetensors").is_file()
+    if reused:
+        cfg = dataclasses.replace(cfg, meta_teacher=str(saved_teacher))
+    cfg, resume = restart_unless_checkpointed(cfg, resume)
+    session = prepare_run(cfg, command, resume=resume)
     dd = load_domains(resolve_domains(cfg.domains, cfg.domain_files, cfg.domain_dir), cfg.text_col, cfg.label_col,
                       cfg.max_per_domain)
     names, K = dd.names, len(dd.names)
@@ -277,7 +286,7 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill") -> d
     del base
 
     # 2. meta-teacher learning (all domains pooled)
-    stage_log = []
+    stage_log = [{"stage": "meta_teacher", "ran_before_resume": True}] if reused else []
     if not cfg.meta_teacher:
         mark_stage(run, "meta_teacher", examples=len(enc["train"]))
         t_cfg = dataclasses.replace(cfg, epochs=cfg.teacher_epochs, lr=cfg.teacher_lr, max_steps=0, test=False,
@@ -320,7 +329,7 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill") -> d
                                      s_info.layers - 1, t_info.layers - 1, cfg.gamma2)
     mark_stage(run, "meta-distillation", examples=len(s_enc["train"]))
     fit = fine_tune(student, tok, data, cfg, run, enc=s_enc, loss_fn=objective, loss_module=objective,
-                    on_model=lambda _m: objective.detach())
+                    resume=resume, on_model=lambda _m: objective.detach())
     per_domain = {}
     for name in names:
         d_data, _ = dd.pooled([name], task=name)

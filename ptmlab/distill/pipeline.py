@@ -97,6 +97,7 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
         raise PtmlabError("no teacher: pass --teacher RUN_DIR (a fine-tuned run) or a model with a task head")
     if is_multitask_distill(cfg):  # one student, a head per task (ptmlab.distill.multitask)
         return run_multitask_distill(cfg, command, resume)
+    cfg, resume = restart_unless_checkpointed(cfg, resume)
     session = prepare_run(cfg, command, resume=resume)
     data = load_task_data(cfg)
     if data.spec.kind in SPAN_KINDS:  # soft targets per word, or over start and end positions
@@ -208,6 +209,17 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
         "final_losses": objective.last_parts, "stages": stage_log, "labels": labels, "main_metric": main,
     }
     return finish_run(session, fit, s_tok, data, summary, report=write_distill_report)
+
+
+def restart_unless_checkpointed(cfg, resume: bool):
+    """A run killed before its training saved a checkpoint (while the teacher ran, in an earlier stage) resumes by
+    starting again in its directory: teacher outputs already cached are read, not recomputed."""
+    from pathlib import Path
+
+    if resume and not any((Path(cfg.output) / d / "trainer_state.json").is_file()
+                          for d in ("checkpoint", "checkpoint.old")):
+        return dataclasses.replace(cfg, overwrite=True), False
+    return cfg, resume
 
 
 def agreement(student_preds: np.ndarray, teacher_preds: np.ndarray, regression: bool) -> float:
