@@ -273,3 +273,20 @@ def test_committed_results_named_by_the_issue_are_cannot_test():
         return json.loads((ROOT / "studies" / "results" / name / "results.json").read_text())["outcome"]
     for name in ("distillation", "ticket-sharing", "data-quality", "objectives", "static-vs-contextual"):
         assert outcome(name) == CANNOT_TEST, name
+
+
+def test_unigram_entropy_is_the_frequency_only_loss():
+    import math
+
+    from ptmlab.models.zoo import load_tokenizer
+    from ptmlab.studies.pretrain_common import unigram_entropy
+
+    tok = load_tokenizer("tiny")
+    the, cat = (tok(w, add_special_tokens=False)["input_ids"] for w in ("the", "cat"))
+    assert len(the) == len(cat) == 1 and the != cat
+    vocab = len(tok)
+    h = unigram_entropy(tok, ["the the the cat"], ["the"])
+    assert h == pytest.approx(-math.log((3 + 1) / (4 + vocab)))
+    assert unigram_entropy(tok, ["the the the cat"], ["cat"]) > h  # the rarer token costs more
+    with pytest.raises(ValueError):
+        unigram_entropy(tok, ["the"], [""])

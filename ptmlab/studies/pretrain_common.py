@@ -314,3 +314,29 @@ def pretrain_validity(record: dict, key: str, lm_only: bool = True) -> list:
     ratio = max(losses) / float(entropy) if losses and isinstance(entropy, int | float) and entropy > 0 else None
     return conds + [Condition.check("largest held-out LM loss / unigram cross-entropy of the held-out text", ratio,
                                     "<", UNIGRAM_RATIO)]
+
+
+def unigram_entropy(tokenizer, train_texts: list[str], eval_texts: list[str]) -> float:
+    """The unigram cross-entropy (nats per token) of ``eval_texts`` under the token frequencies of ``train_texts``
+    (add-one smoothed over the vocabulary, special tokens left out): the loss of a model that learnt only which
+    tokens are common. The value ``pretrain_validity`` compares a run's held-out loss with (``unigram_entropy`` in
+    a study's results)."""
+    import math
+    from collections import Counter
+
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+
+    def ids(texts):
+        for t in texts:
+            yield from (i for i in tokenizer(t, add_special_tokens=False)["input_ids"] if i not in special)
+
+    counts = Counter(ids(train_texts))
+    vocab = max(len(tokenizer), max(counts, default=0) + 1)
+    total = sum(counts.values()) + vocab
+    nll = n = 0
+    for i in ids(eval_texts):
+        nll -= math.log((counts.get(i, 0) + 1) / total)
+        n += 1
+    if not n:
+        raise ValueError("no held-out tokens to score")
+    return nll / n
