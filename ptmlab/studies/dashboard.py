@@ -3,7 +3,9 @@
 ``ptmlab study dashboard`` reads a results directory (``D/<study>/results.json`` as ``ptmlab study all`` writes
 them, or the committed ``studies/results/``) and writes ``index.html``: one row per registered study, so a study
 that was never run shows as "not run" instead of silently missing. A study on the verdict contract
-(``studies/verdict.py``) shows its claim, outcome and estimate; one that still writes a verdict sentence shows it as
+(``studies/verdict.py``) shows its claim, outcome (``cannot test`` among them), estimate and detectable effect, with
+a one-line reason (the first unmet validity condition, or what the run could detect against the paper's effect) and
+the full reason and validity block folded under "details"; one that still writes a verdict sentence shows it as
 "unrated", with its claim taken from the module's ``Claim`` or the registry's one-line help. Plots are copied next
 to the page and linked relatively, so the page works from a file, a static server or a CI artifact alike.
 

@@ -66,7 +66,8 @@ def budget_of(results: dict) -> str | None:
 
 
 def outcome_of(results: dict | None) -> str:
-    """The three-way outcome of a results.json; "unrated" for a study that wrote only a verdict sentence."""
+    """The outcome of a results.json (supported, not supported, inconclusive or cannot test); "unrated" for a study
+    that wrote only a verdict sentence."""
     if results is None:
         return ""
     return str(results.get("outcome") or "unrated")
