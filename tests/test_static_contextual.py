@@ -31,17 +31,36 @@ def test_decide_every_outcome():
     better = {"static": runs(0.6), "contextual": runs(0.85)}
     worse = {"static": runs(0.85), "contextual": runs(0.6)}
     same = {"static": runs(0.7), "contextual": runs(0.7, offset=7)}
-    v, est = decide({"sst2": better, "cola": better})
+    v, est = decide({"sst2": better, "rte": better})
     assert v.outcome == SUPPORTED and est["sst2"].value == pytest.approx(0.25) and est["sst2"].low > 0
     assert decide({"sst2": worse})[0].outcome == NOT_SUPPORTED
     assert decide({"sst2": same})[0].outcome == INCONCLUSIVE
-    assert decide({"sst2": better, "cola": worse})[0].outcome == NOT_SUPPORTED  # any task below 0
-    assert decide({"sst2": better, "cola": same})[0].outcome == INCONCLUSIVE
+    assert decide({"sst2": better, "rte": worse})[0].outcome == NOT_SUPPORTED  # any task below 0
+    assert decide({"sst2": better, "rte": same})[0].outcome == INCONCLUSIVE
     assert decide({"sst2": {"static": runs(0.6)}})[0].outcome == INCONCLUSIVE
     assert decide({})[0].outcome == INCONCLUSIVE
     # few examples cannot decide a small difference
     assert decide({"t": {"static": runs(0.6, n=10, seeds=1), "contextual": runs(0.7, n=10, seeds=1)}})[0].outcome \
         == INCONCLUSIVE
+
+
+def test_cola_is_decided_by_mcc_not_accuracy():
+    from ptmlab.studies.static_contextual import score
+
+    n = 200
+    gold = [[1 if i % 10 < 7 else 0 for i in range(n)] for _ in range(3)]  # 70% acceptable, as CoLA dev
+    majority = [[float(g == 1) for g in seed] for seed in gold]  # always "acceptable": 0.70 accuracy, MCC 0
+    # the same accuracy (0.70) with real signal: right on every unacceptable sentence, wrong on 30% + s of the rest
+    signal = [[1.0 if g == 0 else float((i + s) % 7 >= 3) for i, g in enumerate(seed)] for s, seed in
+              enumerate(gold)]
+    assert score(majority[0], gold[0], "mcc") == pytest.approx(0.0)
+    assert score(majority[0], gold[0], "accuracy") == pytest.approx(0.7)
+    assert score(signal[0], gold[0], "mcc") > 0.3
+    v, est = decide({"cola": {"static": majority, "contextual": signal}}, {"cola": gold})
+    assert v.outcome == SUPPORTED and est["cola"].metric.startswith("cola: mcc gain")
+    assert est["cola"].value == pytest.approx(np.mean([score(r, g, "mcc") for r, g in zip(signal, gold, strict=True)]))
+    # without the labels MCC cannot be computed: no verdict from accuracy instead
+    assert decide({"cola": {"static": majority, "contextual": signal}})[0].outcome == INCONCLUSIVE
 
 
 def test_pooled_features_match_hand_computation():

@@ -7,11 +7,13 @@ generations); Peters et al. 2018 (ELMo) and Devlin et al. 2019 report large gain
 
 Validity conditions (checked on the run's numbers before the rule; any unmet: cannot test): on every task, the
 static, the contextual and the fine-tuned system are each above the task's trivial predictor (majority-class
-accuracy) by a t interval over seeds: systems that all predict the majority class cannot show one representation
-beating another.
+accuracy; for CoLA, scored by MCC, a constant predictor's 0) by a t interval over seeds: systems that all predict the
+majority class cannot show one representation beating another.
 
-Rule: per task, 95% hierarchical bootstrap (seeds, then dev examples) of the accuracy gain of frozen contextual
-features over static embeddings, same logistic-regression head: supported when above 0 on every task, not supported
+Rule: per task, in the task's own metric (accuracy; CoLA: Matthews correlation, as GLUE scores it, since a majority
+predictor already has 69% accuracy there), the gain of frozen contextual features over static embeddings, same
+logistic-regression head, with a 95% interval: for accuracy a hierarchical bootstrap (seeds, then dev examples), for
+MCC (not a mean over examples) a paired t interval over seeds; supported when above 0 on every task, not supported
 when below 0 on any task, inconclusive otherwise.
 
 The three systems, per task and seed, on the same training subset and the same dev examples:
@@ -46,16 +48,36 @@ CLAIM = Claim(
     source="Q1 (first vs second generation of PTMs); Peters et al. 2018 (ELMo), Devlin et al. 2019 (BERT)",
     paper="ELMo adds 2-7 points over GloVe-based baselines on six tasks; BERT-base SST-2 93.5 vs ~87-90 for "
           "static-embedding models",
-    rule="per task, 95% hierarchical bootstrap (seeds, then dev examples) of the accuracy gain of frozen contextual "
-         "features over static embeddings, same logistic-regression head: supported when above 0 on every task, not "
-         "supported when below 0 on any task, inconclusive otherwise",
+    rule="per task, in the task's own metric (accuracy; CoLA: Matthews correlation, as GLUE scores it, since a "
+         "majority predictor already has 69% accuracy there), the gain of frozen contextual features over static "
+         "embeddings, same logistic-regression head, with a 95% interval: for accuracy a hierarchical bootstrap "
+         "(seeds, then dev examples), for MCC (not a mean over examples) a paired t interval over seeds; supported "
+         "when above 0 on every task, not supported when below 0 on any task, inconclusive otherwise",
     conditions=(
-        "every system on every task above the task's trivial predictor (majority-class accuracy) by a t "
-        "interval over seeds",
+        "every system on every task above the task's trivial predictor (majority-class accuracy; for CoLA, scored by "
+        "MCC, 0) by a t interval over seeds",
     ),
     paper_effect=0.02,
 )
 GLUE_TASKS = ["sst2", "cola"]
+METRICS = {"cola": "mcc"}  # GLUE's metric where accuracy would reward the majority class; accuracy elsewhere
+
+
+def metric_of(task: str) -> str:
+    return METRICS.get(task, "accuracy")
+
+
+def score(correct: list[float], gold: list[int] | None, metric: str) -> float:
+    """One run's dev score from its per-example correctness: accuracy, or (binary tasks) the Matthews correlation of
+    the predictions that correctness and the gold labels imply."""
+    if metric == "accuracy":
+        return float(np.mean(correct))
+    if gold is None or len(gold) != len(correct) or set(gold) - {0, 1}:
+        raise PtmlabError(f"{metric} needs binary gold labels for every dev example")
+    from sklearn.metrics import matthews_corrcoef
+
+    pred = [g if c else 1 - g for c, g in zip(correct, gold, strict=True)]
+    return float(matthews_corrcoef(gold, pred))
 
 
 @dataclass(frozen=True)
@@ -161,7 +183,8 @@ def _task_seed(a: StaticContextualArgs, task: str, seed: int, out: Path, model, 
     enc = {k: encode_split(tokenizer, data.splits[k], a.max_length) for k in ("train", "dev")}
     pad, special = tokenizer.pad_token_id or 0, set(tokenizer.all_special_ids)
     feats = {k: pooled_features(model, e, pad, special) for k, e in enc.items()}
-    res = {"dev_examples": len(enc["dev"]), "train_examples": len(enc["train"])}
+    res = {"dev_examples": len(enc["dev"]), "train_examples": len(enc["train"]),
+           "gold": [int(x) for x in enc["dev"].labels]}
     for i, name in enumerate(("static", "contextual")):
         res[name] = probe(feats["train"][i], enc["train"].labels, feats["dev"][i], enc["dev"].labels, a.probe_c,
                           seed)
@@ -183,24 +206,26 @@ def run(argv: list[str]) -> int:
     seeds = seed_list(a)
     out = Path(a.output)
     model, tokenizer = load_model(a.model, task_head=False), load_tokenizer(a.model)
-    rows, correct = [], {}
+    rows, correct, gold = [], {}, {}
     for task in tasks:
         per_seed = [_task_seed(a, task, s, seed_dir(out / task, "runs", s, seeds), model, tokenizer) for s in seeds]
         correct[task] = {k: [r[k] for r in per_seed] for k in ("static", "contextual", "finetuned")
                          if all(r.get(k) is not None for r in per_seed)}
+        gold[task] = [r["gold"] for r in per_seed]
+        metric = metric_of(task)
         for system, runs in correct[task].items():
-            accs = [float(np.mean(r)) for r in runs]
-            rows.append({"task": task, "system": system, "accuracy": float(np.mean(accs)),
-                         "per_seed": [round(x, 4) for x in accs], "ci_95": None,
+            scores = [score(r, g, metric) for r, g in zip(runs, gold[task], strict=True)]
+            rows.append({"task": task, "system": system, "metric": metric, metric: float(np.mean(scores)),
+                         "per_seed": [round(x, 4) for x in scores], "ci_95": None,
                          "dev_examples": per_seed[0]["dev_examples"], "train_examples": per_seed[0]["train_examples"]})
-    v, estimates = decide(correct)
+    v, estimates = decide(correct, gold)
     for task, est in estimates.items():
-        rows.append({"task": task, "system": "contextual - static (hierarchical bootstrap)", "accuracy": est.value,
+        rows.append({"task": task, "system": "contextual - static",
+                     "metric": metric_of(task), metric_of(task): est.value,
                      "ci_95": [round(est.low, 4), round(est.high, 4)]})
     write_study(out, f"Study: static vs contextual embeddings ({a.model})", rows, v,
                 extra={"skipped": skipped, "tasks": tasks,
-                       "finetuned_minus_static": {t: hierarchical_bootstrap(c["finetuned"], c["static"],
-                                                                            "accuracy gain of fine-tuning over static")
+                       "finetuned_minus_static": {t: _gain(c["finetuned"], c["static"], gold[t], t, "fine-tuning")
                                                   .to_dict() for t, c in correct.items() if "finetuned" in c}},
                 claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     for reason in skipped:
@@ -208,9 +233,26 @@ def run(argv: list[str]) -> int:
     return 0
 
 
-def decide(correct: dict[str, dict[str, list[list[float]]]]) -> tuple[Verdict, dict[str, Estimate]]:
+def _gain(a_runs: list[list[float]], b_runs: list[list[float]], gold: list[list[int]] | None, task: str,
+          what: str) -> Estimate:
+    """The gain of ``a`` over ``b`` in the task's metric: accuracy by a hierarchical bootstrap, MCC by a paired t
+    interval over seeds (``gold``: per-seed dev labels)."""
+    from ptmlab.studies.verdict import paired_seeds
+
+    metric = metric_of(task)
+    name = f"{task}: {metric} gain of {what} over static features"
+    if metric == "accuracy":
+        return hierarchical_bootstrap(a_runs, b_runs, name)
+    gold = gold or [None] * len(a_runs)
+    return paired_seeds([score(r, g, metric) for r, g in zip(a_runs, gold, strict=True)],
+                        [score(r, g, metric) for r, g in zip(b_runs, gold, strict=True)], name)
+
+
+def decide(correct: dict[str, dict[str, list[list[float]]]],
+           gold: dict[str, list[list[int]]] | None = None) -> tuple[Verdict, dict[str, Estimate]]:
     """The rule of ``CLAIM``: ``correct[task]["static" | "contextual"]`` are per-seed, per-dev-example 1/0
-    correctness in the same example order. Returns the verdict and each task's estimate."""
+    correctness in the same example order; ``gold[task]`` the per-seed dev labels (needed where the task's metric
+    is MCC). Returns the verdict and each task's estimate."""
     if not correct:
         return Verdict(INCONCLUSIVE, "no task ran"), {}
     parts, estimates = [], {}
@@ -218,8 +260,10 @@ def decide(correct: dict[str, dict[str, list[list[float]]]]) -> tuple[Verdict, d
         if "static" not in c or "contextual" not in c:
             parts.append(Verdict(INCONCLUSIVE, f"{task}: static or contextual results missing"))
             continue
-        est = hierarchical_bootstrap(c["contextual"], c["static"],
-                                     f"{task}: accuracy gain of contextual over static features")
+        if metric_of(task) != "accuracy" and not (gold or {}).get(task):
+            parts.append(Verdict(INCONCLUSIVE, f"{task}: gold labels missing: its {metric_of(task)} is unmeasured"))
+            continue
+        est = _gain(c["contextual"], c["static"], (gold or {}).get(task), task, "contextual")
         estimates[task] = est
         parts.append(decide_above(est, 0.0))
     return combine(parts), estimates
@@ -233,13 +277,14 @@ def validity(record: dict) -> list:
     for task in record.get("tasks") or []:
         systems = {str(r["system"]): r["per_seed"] for r in record.get("rows") or []
                    if r.get("task") == task and isinstance(r.get("per_seed"), list)}
-        conds += above_trivial(record, task, "accuracy", systems or {"static": []}, eval_size(record, 500))
+        metric = next((r.get("metric") for r in record.get("rows") or [] if r.get("task") == task), "accuracy")
+        conds += above_trivial(record, task, metric or "accuracy", systems or {"static": []}, eval_size(record, 500))
     return conds or above_trivial(record, "", "accuracy", {"every system": []})
 
 
 def restate(record: dict, name: str = "static-vs-contextual") -> Verdict | None:
-    """The rule on the record's per-seed accuracies: per task, a paired t interval over seeds of contextual minus
-    static (the recorded intervals pooled the seeds' copies of each example)."""
+    """The rule on the record's per-seed scores (accuracy, or the row's ``metric``): per task, a paired t interval
+    over seeds of contextual minus static (the recorded intervals pooled the seeds' copies of each example)."""
     from ptmlab.studies.verdict import paired_seeds
 
     parts = []
@@ -248,6 +293,8 @@ def restate(record: dict, name: str = "static-vs-contextual") -> Verdict | None:
               if r.get("task") == task and isinstance(r.get("per_seed"), list)}
         if "static" not in ps or "contextual" not in ps:
             return None
+        metric = next((r.get("metric") for r in record.get("rows") or [] if r.get("task") == task), None)
         parts.append(decide_above(paired_seeds(ps["contextual"], ps["static"],
-                                               f"{task}: accuracy gain of contextual over static features")))
+                                               f"{task}: {metric or 'accuracy'} gain of contextual over static "
+                                               "features")))
     return combine(parts) if parts else None
