@@ -30,6 +30,10 @@ def model_head(model, task: str | None = None) -> Head:
     """The head answering ``task`` (a multi-task model needs one when it has several heads)."""
     from ptmlab.train.multitask import model_tasks, set_task
 
+    kind = next((k for k in ("TokenClassification", "QuestionAnswering") if type(model).__name__.endswith(k)), None)
+    if kind is not None:
+        raise PtmlabError(f"this run's model is a {type(model).__name__}: predict labels whole texts (sequence "
+                          f"classification and regression runs); score it with ptmlab evaluate")
     heads = model_tasks(model)
     if heads:
         names = [h["name"] for h in heads]
