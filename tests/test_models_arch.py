@@ -69,6 +69,13 @@ def test_features_refuse_architectures_they_cannot_handle():
 
     with pytest.raises(PtmlabError, match="head pruning needs separate query/key/value.*'modernbert'"):
         require_split_qkv(tiny("modernbert"), "head pruning")
+    from ptmlab.compress.surgery import prune_structure
+
+    with pytest.raises(PtmlabError, match="head pruning needs separate query/key/value.*'modernbert'"):
+        prune_structure(tiny("modernbert"), heads={0: [1]})
+    xlmr = tiny("xlm-roberta")
+    prune_structure(xlmr, heads={0: [1]})  # a mapped architecture prunes: one head of 2 left in layer 0
+    assert structure_of(xlmr).part(xlmr, 0, "query").out_features == 16
     assert {"xlm-roberta", "deberta-v2", "modernbert", "albert"} <= set(STRUCTURES.names())
 
 

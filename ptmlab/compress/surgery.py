@@ -13,7 +13,7 @@ from torch import nn
 
 from ptmlab.core.errors import PtmlabError
 from ptmlab.models.loader import MODIFIERS, record_modification
-from ptmlab.models.structure import structure_of
+from ptmlab.models.structure import require_split_qkv, structure_of
 
 
 def head_dim(model) -> int:
@@ -54,7 +54,7 @@ def _set_part(model, layer: int, name: str, new: nn.Module) -> None:
 
 
 def _slice_heads(model, layer: int, keep: list[int]) -> None:
-    s = structure_of(model)
+    s = require_split_qkv(model, "head pruning")  # a fused q/k/v projection (ModernBERT) cannot be sliced so
     d = head_dim(model)
     n_now = s.part(model, layer, "attn_output").in_features // d
     if not keep:
