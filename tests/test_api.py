@@ -74,6 +74,7 @@ def test_model_object_with_tokenizer(tmp_path):
     tok = load_tokenizer("tiny")
     run = ptmlab.finetune((model, tok), _rows(), output=str(tmp_path / "obj"), **FAST)
     assert run.config["model"] == model.config._name_or_path == run.summary["model"]  # not the temporary copy
+    assert "ptmlab-model-" not in (run.path / "README.md").read_text()
     assert len(run.predict("a great film")) == 1
     with pytest.raises(PtmlabError, match="needs its tokenizer"):
         ptmlab.finetune(model, _rows(), output=str(tmp_path / "x"))

@@ -98,6 +98,10 @@ def _rename_model(output: str, label: str) -> None:
     summary = run.summary()
     summary["model"] = label
     run.write_summary(summary)
+    if run.file("README.md").is_file():  # the model card names the base model too
+        from ptmlab.report.model_card import write_model_card
+
+        write_model_card(run.path)
 
 
 # -------------------------------------------------------------------------------------------------- predict
