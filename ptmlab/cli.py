@@ -54,6 +54,7 @@ def module_of(verb: str) -> str | None:
 COMMAND_HELP = {
     "finetune": "fine-tune a model on a task",
     "evaluate": "evaluate a run directory or model on a task",
+    "predict": "label a file of texts with a trained run",
     "glue": "fine-tune and evaluate on every available GLUE task",
     "models": "list zoo models (or install the optional mpnet)",
     "report": "write a report for one run or a comparison of several",

@@ -13,6 +13,8 @@ from ptmlab.train.args import DataArgs
 
 @dataclass(frozen=True)
 class AnalyzeConfig(DataArgs):
+    OPTION_GROUP = "analysis"
+
     output: str | None = opt(None, "output directory for summary.json, tables and report.html")
     split: str = opt("dev", "split to analyse (needs labels)")
     batch_size: int = opt(128, "inference batch size")
@@ -38,6 +40,8 @@ class AnalyzeConfig(DataArgs):
 
 @dataclass(frozen=True)
 class AnomalyConfig:
+    OPTION_GROUP = "analysis"
+
     model: str = opt("minilm", "zoo name, model or run directory", cli=False)  # the positional MODEL
     blimp: str | None = opt(None, "BLiMP folder (or file) of jsonl minimal pairs")
     anomaly_sets: str | None = opt(None, "folder (or file) of psycholinguistic csv sets, correct sentence first")

@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         return SUITE_COMMANDS[args.name](args.rest)
     studies = load_all()
     if not args.name or args.list_studies:
+        print("usage: ptmlab study NAME [options]   (ptmlab study NAME --help: a study's options)\n")
         print("studies:")
         for name in studies:
             print(f"  {name:24} {studies.help(name)}")

@@ -51,6 +51,12 @@ def parse_budget(text: str) -> float:
 
 @dataclass(frozen=True)
 class ScaleConfig:
+    OPTION_GROUP = "sweep"
+    FIELD_GROUPS = {**dict.fromkeys(("files", "valid_files", "valid_fraction", "doc_sep", "tokenizer", "block_size"),
+                                    "data"),
+                    **dict.fromkeys(("objective", "arch", "head_dim", "ffn_mult", "batch_size", "lr", "warmup",
+                                     "schedule", "evals", "eval_blocks", "precision"), "every run's training")}
+
     output: str = opt("runs/scale", "sweep directory (runs/, sweep.json, results.json, report.html)")
     sizes: list[str] = opt(["1x32", "2x64", "4x128"], "model sizes LAYERSxHIDDEN[xHEADS], comma-separated")
     budgets: list[str] = opt(["3e10", "1e11", "3e11"], "training-FLOP budgets, comma-separated (e.g. 1e10,3e10)")

@@ -29,6 +29,13 @@ def is_loopback(host: str) -> bool:
 
 @dataclass
 class ServeConfig:
+    OPTION_GROUP = "server"
+    FIELD_GROUPS = {**dict.fromkeys(("output_policy", "watermark_rate", "detector", "detector_action",
+                                     "detector_threshold", "detector_min_queries", "public_metrics"),
+                                    "output policy and defences"),
+                    **dict.fromkeys(("max_batch", "max_wait_ms", "max_texts", "max_chars", "max_body", "timeout",
+                                     "max_queue", "max_length", "precision", "chunk"), "batching and limits")}
+
     host: str = opt("127.0.0.1", "address to bind (loopback by default; any other address is reachable from other "
                                  "machines and warned about; 0.0.0.0 or :: for every interface)")
     port: int = opt(8000, "port to listen on")
