@@ -143,7 +143,10 @@ def test_multilingual_study_small(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     r = json.loads((out / "results.json").read_text())
     models = [row["model"] for row in r["rows"]]
-    assert models.count("teacher") == 4 and models.count("copy") == 4  # 4 sets, 1 seed (--budget small)
+    assert models.count("teacher") == 6 and models.count("copy") == 6  # 6 sets, 1 seed (--budget small)
+    parts = {row["set"]: row["part"] for row in r["rows"] if row["model"] == "teacher"}
+    assert [k for k, v in parts.items() if v == "report"] == ["newstest:de:test:en->newstest:de:test",
+                                                              "newstest:fr:test:en->newstest:fr:test"]
     assert r["rule"]["outcome"] == "inconclusive" and r["judged_student"] == "copy"  # one seed cannot decide
     assert r["outcome"] == "cannot test"  # nor show the student's English quality above 0 at the seed level
 

@@ -154,11 +154,11 @@ def test_meta_kd_decide():
     assert decide(method_scores([{"seed": 0, "domain": "a", "meta_kd": 0.9}])).outcome == I  # parts missing
 
 
-def _ml_rows(model, seed, tatoeba, dev, sts):
-    rows = [{"model": model, "seed": seed, "part": "report", "src_to_tgt": tatoeba, "tgt_to_src": tatoeba,
-             "sts_spearman": None} for _ in range(2)]
-    rows += [{"model": model, "seed": seed, "part": "dev", "src_to_tgt": dev, "tgt_to_src": dev,
-              "sts_spearman": None} for _ in range(2)]
+def _ml_rows(model, seed, held_out, dev, sts):
+    rows = [{"model": model, "seed": seed, "part": "report", "set": f"newstest:{lang}:test:en->newstest:{lang}:test",
+             "src_to_tgt": held_out, "tgt_to_src": held_out, "sts_spearman": None} for lang in ("de", "fr")]
+    rows += [{"model": model, "seed": seed, "part": "dev", "set": f"val.en.gz->val.{lang}.gz", "src_to_tgt": dev,
+              "tgt_to_src": dev, "sts_spearman": None} for lang in ("de", "fr")]
     rows[-1]["sts_spearman"] = sts
     return rows
 
@@ -172,7 +172,15 @@ def test_multilingual_decide_every_outcome_and_selection_on_dev():
         return [r for s, (t, x) in enumerate(zip(tatoeba, sts, strict=True)) for r in _ml_rows(name, s, t, dev, x)]
 
     assert decide(teacher + student("copy", [40.0, 42.0, 41.0]), ["copy"]).outcome == S  # +31 points, STS kept
-    assert decide(teacher + student("copy", [12.0, 13.0, 12.5]), ["copy"]).outcome == N  # gains under 10 points
+    assert decide(teacher + student("copy", [12.0, 13.0, 12.5]), ["copy"]).outcome == N  # gains under 20 points
+    # +31 points in three directions but about +15 in one: every language and direction must gain 20 points
+    one_short = teacher + student("copy", [40.0, 42.0, 41.0])
+    for r in one_short:
+        if r["model"] == "copy" and r["set"].startswith("newstest:fr"):
+            r["tgt_to_src"] = 25.0 + 0.5 * r["seed"]
+    v = decide(one_short, ["copy"])
+    assert v.outcome == N and v.estimate.value == pytest.approx(15.5)  # the weakest direction is the one shown
+    assert "fr -> en" in v.estimate.metric  # French queries finding their English translations
     assert decide(teacher + student("copy", [40.0, 42.0, 41.0], (0.70, 0.71, 0.70)), ["copy"]).outcome == N
     assert decide(teacher + student("copy", [40.0, 15.0, 30.0]), ["copy"]).outcome == I  # seeds disagree
     assert decide(teacher + student("copy", [40.0], (0.85,)), ["copy"]).outcome == I  # one seed
