@@ -136,3 +136,35 @@ def test_builtin_conll2003_finetunes_and_evaluate_prints_entity_f1(tmp_path):
     result = json.loads(proc.stdout)
     assert result["examples"] == 32 and 0 <= result["metrics"]["entity_f1"] <= 1
     assert {"f1_LOC", "f1_MISC", "f1_ORG", "f1_PER"} <= set(result["metrics"])
+
+
+def test_serve_answers_a_tokens_request_with_tags_per_word(ner_run, tmp_path):
+    import httpx
+
+    from ptmlab.serve.app import create_app
+    from ptmlab.serve.config import ServeConfig
+    from ptmlab.serve.server import serve_in_thread
+    from ptmlab.serve.state import open_store
+
+    _, run = ner_run
+    store = open_store(str(tmp_path / "home"))
+    key = store.create_key("tagger", daily_budget=2)
+    auth = {"Authorization": f"Bearer {key}"}
+    try:
+        with serve_in_thread(create_app(str(run), ServeConfig(detector=False), store)) as url:
+            r = httpx.post(f"{url}/v1/predict", json={"tokens": ["elena", "garcia", "from", "quito"]}, headers=auth)
+            assert r.status_code == 200, r.text
+            (p,) = r.json()["predictions"]
+            assert p["tokens"] == ["elena", "garcia", "from", "quito"]
+            assert p["tags"] == ["B-PER", "I-PER", "O", "B-GEO"]
+            assert all(abs(sum(d) - 1) < 1e-3 for d in p["probs"])
+            bad = httpx.post(f"{url}/v1/predict", json={"question": "who?", "context": "x"}, headers=auth)
+            assert bad.status_code == 422 and "tags words" in bad.json()["error"]
+            r = httpx.post(f"{url}/v1/predict", json={"texts": ["the visit to oslo"]}, headers=auth)
+            assert r.status_code == 200 and r.json()["predictions"][0]["tags"] == ["O", "O", "O", "B-GEO"]
+            # the same quota path as every request: the key's daily budget of 2 texts is spent
+            r = httpx.post(f"{url}/v1/predict", json={"tokens": ["oslo"]}, headers=auth)
+            assert r.status_code == 429 and "budget" in r.json()["error"]
+            assert httpx.post(f"{url}/v1/predict", json={"tokens": ["oslo"]}).status_code == 401
+    finally:
+        store.close()

@@ -146,3 +146,30 @@ def test_span_soft_target_losses():
     teacher = logits[0].clone().numpy()
     teacher[0] = teacher[2] = [9.0, -9.0, 0.0]  # differs only where nothing is labelled: no soft loss
     assert span_kd_loss([teacher], False, 2.0, 1.0)(tagger, tok_batch).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_serve_answers_a_question_with_a_span_of_its_context(qa_run, tmp_path):
+    import httpx
+
+    from ptmlab.serve.app import create_app
+    from ptmlab.serve.config import ServeConfig
+    from ptmlab.serve.server import serve_in_thread
+    from ptmlab.serve.state import open_store
+
+    _, run = qa_run
+    store = open_store(str(tmp_path / "home"))
+    key = store.create_key("reader")
+    auth = {"Authorization": f"Bearer {key}"}
+    ex = _examples(3, 11)
+    try:
+        with serve_in_thread(create_app(str(run), ServeConfig(detector=False, output_policy="label"), store)) as url:
+            for e in ex:
+                r = httpx.post(f"{url}/v1/predict", json={"question": e["question"], "context": e["context"]},
+                               headers=auth)
+                assert r.status_code == 200, r.text
+                (a,) = r.json()["predictions"]
+                assert e["context"][a["start"]:a["end"]] == a["answer"] and a["probability"] is None
+            r = httpx.post(f"{url}/v1/predict", json={"question": "what?"}, headers=auth)
+            assert r.status_code == 422 and "needs its context" in r.json()["error"]
+    finally:
+        store.close()

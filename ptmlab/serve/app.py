@@ -51,6 +51,30 @@ class PredictRequest(BaseModel):
                                                "see GET /healthz)")
 
 
+class SpanRequest(BaseModel):
+    """A token-classification request (``tokens``: one sentence's words) or an extractive-QA request (``question``
+    and its ``context``); answered like ``texts`` (one text charged), with tags per word or an answer."""
+    model_config = ConfigDict(extra="forbid", strict=True)
+    tokens: list[str] | None = Field(None, min_length=1, description="the words of one sentence to tag")
+    question: str | None = Field(None, min_length=1, description="a question to answer from context")
+    context: str | None = Field(None, min_length=1, description="the text holding the answer")
+    task: str | None = None
+
+
+class Tags(BaseModel):
+    tokens: list[str]
+    tags: list[str]  # one per word (a word past the model's window gets O)
+    probs: list[list[float] | None] | None = None  # each word's tag distribution, by the output policy
+
+
+class Answer(BaseModel):
+    answer: str  # context[start:end]
+    start: int
+    end: int
+    score: float  # start + end logit
+    probability: float | None = None  # among the best candidate spans, by the output policy
+
+
 class Prediction(BaseModel):
     label: str
     label_id: int
@@ -66,7 +90,7 @@ class PredictResponse(BaseModel):
     policy: str
     task: str | None = None  # the task whose head answered (None: a model without a task name)
     label_names: list[str]
-    predictions: list[Prediction | Score]
+    predictions: list[Prediction | Score | Tags | Answer]
 
 
 class ErrorResponse(BaseModel):
@@ -288,7 +312,10 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
             return _error(422, f"{e}: change or drop the offending text")
         answer, marks = [], []
         labels = head.labels if head else info.labels
-        for enc, text, pair, p in zip(encs, req.texts, pairs, probs, strict=True):
+        if predictor.span:  # tags per word or an answer; no class probabilities to watermark
+            answer = [span_answer(text, p, labels) for text, p in zip(req.texts, probs, strict=True)]
+            labels = labels if predictor.span == "token-classification" else []
+        for enc, text, pair, p in zip(encs, req.texts, pairs, probs, strict=True) if not predictor.span else ():
             if head is not None and head.regression:  # a score: no labels to hide or to watermark
                 answer.append(Score(score=policy.score(p[0])))
                 continue
@@ -304,6 +331,16 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
         metrics.answered(n)
         return PredictResponse(model=name, policy=policy.name, task=head.name if head else info.task,
                                label_names=labels, predictions=answer)
+
+    def span_answer(text: str, p: dict, labels: list[str]) -> Tags | Answer:
+        if predictor.span == "extractive-qa":
+            shown = policy.render([p["probability"]])
+            return Answer(answer=p["answer"], start=p["start"], end=p["end"], score=policy.score(p["score"]),
+                          probability=shown[0] if shown else None)
+        words = text.split()
+        tags = [labels[max(range(len(w)), key=w.__getitem__)] if w else "O" for w in p["words"]]
+        shown = [policy.render(w) if w else None for w in p["words"]]
+        return Tags(tokens=words, tags=tags, probs=shown if policy.show_probs else None)
 
     def prepare(req: PredictRequest):
         encs = predictor.encode(req.texts, req.text_pairs)
@@ -340,12 +377,33 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
             why = str(e) if str(e).startswith("duplicate key") else type(e).__name__
             return None, f"the body is not JSON ({why}): send JSON {{\"texts\": [\"...\"]}}"
         try:
+            if isinstance(data, dict) and {"tokens", "question", "context"} & set(data):
+                return span_request(SpanRequest.model_validate(data))
             return PredictRequest.model_validate(data), None
         except ValidationError as e:
             first = e.errors(include_input=False, include_url=False)[0] if e.error_count() else {}
             where = ".".join(str(p) for p in first.get("loc", ())) or "body"
             return None, (f"invalid request at '{excerpt(where)}': {excerpt(first.get('msg', 'malformed'), 200)}; "
                           f'send JSON {{"texts": ["..."]}}')
+
+    def span_request(s: SpanRequest) -> tuple[PredictRequest | None, str | None]:
+        """A tokens / question-context request as the texts (and pairs) the rest of the path handles."""
+        if s.tokens is not None:
+            if predictor.span != "token-classification":
+                return None, 'this model does not tag words: send {"texts": ["..."]}' if not predictor.span else \
+                    'this model answers questions: send {"question": "...", "context": "..."}'
+            if s.question is not None or s.context is not None:
+                return None, "send either tokens or question and context, not both"
+            bad = next((i for i, t in enumerate(s.tokens) if not t or t != t.strip() or len(t.split()) != 1), None)
+            if bad is not None:
+                return None, f"token {bad} is empty or holds whitespace: send one word per token"
+            return PredictRequest(texts=[" ".join(s.tokens)], task=s.task), None
+        if predictor.span != "extractive-qa":
+            return None, 'this model does not answer questions: send {"texts": ["..."]}' if not predictor.span \
+                else 'this model tags words: send {"tokens": ["...", "..."]}'
+        if s.question is None or s.context is None:
+            return None, 'a question needs its context: send {"question": "...", "context": "..."}'
+        return PredictRequest(texts=[s.question], text_pairs=[s.context], task=s.task), None
 
     def pick_head(req: PredictRequest) -> tuple[TaskInfo | None, str | None]:
         """The multi-task head that answers (None for a single-task model), or the problem with ``task``."""
@@ -363,6 +421,8 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
         if req.text_pairs is not None and len(req.text_pairs) != len(req.texts):
             return f"{len(req.text_pairs)} text_pairs for {len(req.texts)} texts: send one pair per text"
         pair, task = (head.pair, head.name) if head else (info.pair, info.task)
+        if predictor.span == "extractive-qa":
+            pair = True  # every question comes with its context
         if pair is True and req.text_pairs is None:
             return f"task '{task}' takes sentence pairs: send text_pairs with one second sentence per text"
         if pair is False and req.text_pairs is not None:

@@ -63,6 +63,7 @@ class Predictor:
         from ptmlab.models.zoo import load_model, load_tokenizer
         from ptmlab.train.evaluate import resolve_precision
         from ptmlab.train.multitask import model_tasks
+        from ptmlab.train.spans import span_kind
 
         path = Path(model_dir).expanduser()
         if not path.is_dir():
@@ -78,7 +79,12 @@ class Predictor:
         self.head_lock = threading.Lock()  # a multi-task model's active head is state: one pass at a time
         config = self.model.config
         heads = tuple(_task_info(t, path) for t in model_tasks(self.model))
-        if not heads and (getattr(config, "problem_type", None) == "regression" or config.num_labels < 2):
+        self.span = span_kind(path)  # a tagger (tags per word) or a span extractor (answers); None: a classifier
+        self.doc_stride = int(cfg.get("doc_stride") or 128)
+        if self.span == "extractive-qa" and not max_length and (cfg.get("max_length") or 128) == 128:
+            max_length = 384  # the QA window a run trains with when --max-length is left alone (data/qa.py)
+        if not self.span and not heads and (getattr(config, "problem_type", None) == "regression"
+                                            or config.num_labels < 2):
             raise PtmlabError(f"model '{model_dir}' is a regression model: serving supports classifiers (and the "
                               f"regression heads of multi-task runs) only")
         positions = usable_positions(config)
@@ -126,12 +132,70 @@ class Predictor:
             raise
 
     def _encode(self, texts: list[str], pairs: list[str] | None) -> list[Encoding]:
+        if self.span:
+            return self._encode_span(texts, pairs)
         with self.lock:
             enc = self.tokenizer(texts, pairs, truncation=True, max_length=self.info.max_length)
         keys = [k for k in ("input_ids", "token_type_ids") if k in enc]
         out = [{k: list(enc[k][i]) for k in keys} for i in range(len(texts))]
         for e in out:
             e["attention_mask"] = [1] * len(e["input_ids"])
+        return out
+
+    def _encode_span(self, texts: list[str], pairs: list[str] | None) -> list[Encoding]:
+        """One encoding per sentence (its words: the text split on whitespace) or per question (every window of its
+        context, ``pairs``), holding the features ``train.spans`` reads."""
+        from ptmlab.data.qa import QASplit, qa_features
+        from ptmlab.data.tokens import TokenSplit, encode_tokens
+
+        out = []
+        for i, text in enumerate(texts):
+            with self.lock:
+                if self.span == "token-classification":
+                    if not text.split():
+                        raise InputError(f"text {i} has no words to tag")
+                    feats = encode_tokens(self.tokenizer, TokenSplit([text.split()], None, [0]), self.info.max_length)
+                else:
+                    if pairs is None:
+                        raise InputError("a question needs its context: send {\"question\": ..., \"context\": ...}")
+                    try:
+                        feats = qa_features(self.tokenizer, QASplit([text], [pairs[i]], None, [0]),
+                                            self.info.max_length, min(self.doc_stride, self.info.max_length // 4),
+                                            where=f"question {i}")
+                    except PtmlabError as e:
+                        raise InputError(str(e)) from None
+            out.append({"input_ids": [t for ids in feats.input_ids for t in ids], "span": feats})
+        return out
+
+    def _forward_span(self, encs: list[Encoding]) -> list[dict]:
+        """Tags per word (``{"tokens", "tags", "probs"}``: each word's tag distribution) or the best answer
+        (``{"answer", "start", "end", "score", "probability"}``) of every encoding, in one batched pass."""
+        import numpy as np
+
+        from ptmlab.data.qa import best_answers
+        from ptmlab.train.spans import span_logits
+
+        feats = [e["span"] for e in encs]
+        merged = _merge(feats)
+        logits = span_logits(self.model, merged, max(len(merged), 1), self.precision, desc="serve")
+        out, pos = [], 0
+        for f in feats:
+            part = logits[pos:pos + len(f)]
+            pos += len(f)
+            if self.span == "extractive-qa":
+                (a,) = best_answers(f.split, f, [x[0] for x in part], [x[1] for x in part])
+                out.append({"answer": a.text, "start": a.start, "end": a.end, "score": a.score,
+                            "probability": a.probability})
+                continue
+            lg = part[0]
+            probs = np.exp(lg - lg.max(-1, keepdims=True))
+            probs /= probs.sum(-1, keepdims=True)
+            words, seen = [[] for _ in range(f.n_words[0])], set()
+            for t, w in enumerate(f.word_ids[0]):
+                if w is not None and w not in seen:
+                    seen.add(w)
+                    words[w] = probs[t].tolist()
+            out.append({"words": words})  # a word past --max-length has no distribution: []
         return out
 
     def tokens(self, enc: Encoding) -> list[str]:
@@ -143,6 +207,8 @@ class Predictor:
     def forward(self, encs: list[Encoding], task: str | None = None) -> list[list[float]]:
         """Probabilities per encoding (``[score]`` from a regression head), through ``task``'s head on a multi-task
         model (default: the first); with ``chunk`` the examples run as length-sorted chunks (less padding)."""
+        if self.span:
+            return self._forward_span(encs)
         head = self.head(task)
         if head is None:
             return self._chunked(encs, False)
@@ -180,6 +246,23 @@ class Predictor:
         with autocast_ctx(self.precision, device):
             logits = self.model(**model_inputs(self.model, batch)).logits.float()
         return logits[:, :1].tolist() if regression else torch.softmax(logits, -1).tolist()
+
+
+def _merge(feats: list):
+    """One batch source from the features of several requests (windows of a question stay together)."""
+    from dataclasses import replace
+
+    from ptmlab.data.qa import QAFeatures
+
+    first = feats[0]
+    if isinstance(first, QAFeatures):
+        example = [i for i, f in enumerate(feats) for _ in f.example]
+        tt = [x for f in feats for x in f.token_type_ids] if first.token_type_ids is not None else None
+        return replace(first, input_ids=[x for f in feats for x in f.input_ids], token_type_ids=tt,
+                       offsets=[x for f in feats for x in f.offsets], example=example, split=None)
+    return replace(first, input_ids=[x for f in feats for x in f.input_ids],
+                   word_ids=[x for f in feats for x in f.word_ids], labels=None,
+                   n_words=[x for f in feats for x in f.n_words], word_labels=None)
 
 
 def usable_positions(config) -> int:
