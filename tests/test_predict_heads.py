@@ -40,3 +40,20 @@ def test_classifier_regression_and_multitask_heads():
     assert set(sim[0]) == {"score"}
     with pytest.raises(PtmlabError, match="text 1 is empty"):
         text_split(["fine", "  "])
+
+
+def test_run_predict_of_a_tagger_gives_a_tag_per_word(tmp_path):
+    import ptmlab
+
+    words = [("alice", "B-PER"), ("smith", "E-PER"), ("met", "O"), ("oslo", "S-GEO"), ("today", "O")]
+    conll = "\n".join(["-DOCSTART-\tO", ""] + [line for i in range(30) for line in
+                                                 [f"{w}\tNN\t{t}" for w, t in words[i % 2:]] + [""]])
+    (tmp_path / "train.conll").write_text(conll)
+    run = ptmlab.finetune("tiny", None, task="ner", task_kind="token-classification",
+                          train_file=str(tmp_path / "train.conll"), max_steps=2, batch_size=8,
+                          output=str(tmp_path / "run"), precision="fp32")
+    preds = run.predict(["alice smith met oslo", "today"])
+    assert [p["tokens"] for p in preds] == [["alice", "smith", "met", "oslo"], ["today"]]
+    assert [len(p["tags"]) for p in preds] == [4, 1]
+    with pytest.raises(PtmlabError, match="whole-text predictions need a sequence classification"):
+        model_head(run.model)

@@ -75,7 +75,16 @@ class Run:
         "probabilities"}`` per text from a classifier, ``{"score"}`` from a regression head; ``task`` picks a
         multi-task run's head."""
         from ptmlab.train.predict import model_head, predict_split, text_split
+        from ptmlab.train.spans import span_kind
 
+        if span_kind(self.path) is not None:  # a tagger or a QA run: ptmlab.predict's span path
+            if pairs is not None:
+                raise PtmlabError("pairs= is for sentence-pair classifiers: give a tagger texts, and a QA run "
+                                  "rows with its question and context columns (ptmlab.predict(run, rows))")
+            from ptmlab.api.verbs import predict
+
+            return predict(self, [texts] if isinstance(texts, str) else list(texts), task=task,
+                           batch_size=batch_size, max_length=max_length, precision=precision)
         split = text_split(texts, pairs)
         head = model_head(self.model, task)
         return predict_split(self.model, self.tokenizer, split, head, max_length or self.max_length, batch_size,

@@ -32,8 +32,8 @@ def model_head(model, task: str | None = None) -> Head:
 
     kind = next((k for k in ("TokenClassification", "QuestionAnswering") if type(model).__name__.endswith(k)), None)
     if kind is not None:
-        raise PtmlabError(f"this run's model is a {type(model).__name__}: predict labels whole texts (sequence "
-                          f"classification and regression runs); score it with ptmlab evaluate")
+        raise PtmlabError(f"this model is a {type(model).__name__}: whole-text predictions need a sequence "
+                          f"classification or regression head; predict a tagger or QA run with ptmlab predict RUN")
     heads = model_tasks(model)
     if heads:
         names = [h["name"] for h in heads]
