@@ -5,7 +5,8 @@ A ticket is a keep-mask per layer over attention heads and over FFN neurons (``c
 survivors keep their pretrained values: Liang et al.'s super tickets). Tickets of different tasks are compared by
 the Jaccard index of their kept units, against random tickets that keep as many units in every layer
 (``random_jaccard``: the overlap chance alone gives, which is high when most units are kept). ``share`` joins
-several tasks' tickets into one: the union keeps a unit any task keeps, the intersection only those every task keeps.
+several tasks' tickets into one: the union keeps a unit any task keeps, the intersection only those every task keeps,
+the vote a ticket of the tasks' own size made of the units most tasks keep.
 """
 
 from __future__ import annotations
@@ -44,12 +45,29 @@ def random_jaccard(a: Mask, b: Mask, draws: int = 200, seed: int = 0) -> float:
     return total / draws
 
 
-def share(masks: list[Mask], how: str = "union") -> Mask:
-    """One ticket from several: ``union`` (kept by any) or ``intersection`` (kept by every one)."""
-    if how not in ("union", "intersection"):
-        raise PtmlabError(f"--share '{how}' is unknown: choose union or intersection")
+SHARES = ("votes", "union", "intersection")
+
+
+def share(masks: list[Mask], how: str = "union", seed: int = 0) -> Mask:
+    """One ticket from several: ``union`` (kept by any), ``intersection`` (kept by every one) or ``votes`` (a ticket
+    of fixed size: in every layer, as many units as the tasks' tickets keep there on average, those kept by the most
+    tasks; ties drawn with ``seed``). The union of a few tickets at a small ratio keeps nearly every unit; the
+    intersection can empty a layer; the vote keeps the tickets' own size."""
+    if how not in SHARES:
+        raise PtmlabError(f"--share '{how}' is unknown: choose {', '.join(SHARES)}")
     if not masks:
         raise PtmlabError("no tickets to share: find a ticket for one task or more first")
+    if how == "votes":
+        rng = random.Random(seed)
+        out = []
+        for i in range(len(masks[0])):
+            n = len(masks[0][i])
+            votes = [sum(m[i][j] for m in masks) for j in range(n)]
+            size = round(sum(sum(m[i]) for m in masks) / len(masks))
+            ties = [rng.random() for _ in range(n)]
+            keep = set(sorted(range(n), key=lambda j: (-votes[j], ties[j]))[:size])
+            out.append([j in keep for j in range(n)])
+        return out
     join = any if how == "union" else all
     return [[join(m[i][j] for m in masks) for j in range(len(masks[0][i]))] for i in range(len(masks[0]))]
 

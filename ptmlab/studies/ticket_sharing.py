@@ -19,8 +19,11 @@ supported, including 0 inconclusive; the claim is supported when both parts are,
 
 Method: each task is fine-tuned from ``--model`` (per seed); heads and FFN neurons are scored on it
 (``compress.importance``) and ``--ratio`` of each removed (``compress.targets``): that task's ticket. The shared
-ticket is the union of the tasks' tickets (``--share union``: every unit some task keeps; ``intersection``: those
-all keep, which can leave a layer empty and is then a one-line error) applied to the *pretrained* model
+ticket is a fixed-size vote over the tasks' tickets (``--share votes``, the default: in every layer as many units as
+the tasks' tickets keep, the ones most tasks keep, so at ``--ratio`` 0.3 it keeps 70% of the heads and neurons;
+``union``: every unit some task keeps, which at ratio 0.3 over five tasks is nearly the whole model and so cannot
+test the claim; ``intersection``: those all keep, which can leave a layer empty and is then a one-line error)
+applied to the *pretrained* model
 (``compress.tickets.build_ticket``), then given a head per task and fine-tuned multi-task (``ptmlab finetune
 --tasks``) with the same budget as the full model. ``--budget small``: tiny model, tweets + small MRPC and RTE
 subsets, one seed (no interval: inconclusive); default: seeds 0,1,2; full: the ``multitask`` study's full budget
@@ -83,8 +86,9 @@ class TicketSharingArgs(StudyArgs):
                                                   "are skipped)")
     small_tasks: list[str] = opt(list(SMALL_TASKS), "the tasks part (2) of the claim is about")
     ratio: float = opt(0.3, "fraction of heads and of FFN neurons each task's ticket removes, in (0, 1)")
-    share: str = opt("union", "the shared ticket: union (kept by any task) or intersection (kept by every task)",
-                     choices=["union", "intersection"])
+    share: str = opt("votes", "the shared ticket: votes (the tasks' ticket size, the units most tasks keep), union "
+                              "(kept by any task) or intersection (kept by every task)",
+                     choices=["votes", "union", "intersection"])
     importance: str = opt("gate", "importance score for heads and FFN neurons: gate, grad-weight, entropy")
     importance_examples: int = opt(500, "training examples used to score heads and neurons")
     task_sampling: str = opt("proportional", "how the multi-task runs draw tasks: proportional, uniform, sqrt",
@@ -174,8 +178,8 @@ def run(argv: list[str]) -> int:
 
             atomic_write_json(tickets_file, tickets)
         overlaps.append(overlap(tickets, seed))
-        heads = share([tickets[t]["heads"] for t in tasks], a.share)
-        ffn = share([tickets[t]["ffn"] for t in tasks], a.share)
+        heads = share([tickets[t]["heads"] for t in tasks], a.share, seed)
+        ffn = share([tickets[t]["ffn"] for t in tasks], a.share, seed)
         check_ticket(heads, ffn, f"the {a.share} of the tasks' tickets")
         sizes.append({"heads": sum(map(sum, heads)), "heads_total": sum(map(len, heads)),
                       "ffn": sum(map(sum, ffn)), "ffn_total": sum(map(len, ffn))})
