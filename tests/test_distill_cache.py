@@ -131,3 +131,32 @@ def test_a_run_killed_while_the_teacher_runs_says_so_and_resumes(files, teacher,
     assert r.returncode == 0, r.stderr[-2000:]
     s = json.loads((out / "summary.json").read_text())
     assert s["steps"] == 3 and s["teacher_cache"] == "computed"
+
+
+def test_meta_distill_killed_after_its_meta_teacher_resumes_without_training_it_again(tmp_path, monkeypatch):
+    from ptmlab.core.rundir import RunDir
+    from ptmlab.distill.metakd import MetaDistillConfig, run_meta_distill
+    from tests.test_metakd import write_domain
+
+    files = []
+    for name in ("kitchen", "toys"):
+        write_domain(tmp_path / f"{name}.tsv", name, n=40)
+        files.append(f"{name}={tmp_path / f'{name}.tsv'}")
+    out = tmp_path / "m"
+    cfg = MetaDistillConfig(domain_files=files, teacher="tiny", student="layers:1", teacher_epochs=1, epochs=1,
+                            batch_size=16, max_length=32, output=str(out))
+
+    def killed(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cache, "teacher_outputs", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_meta_distill(cfg)
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["stage"] for r in rows if "stage" in r] == ["prototype scores", "meta_teacher", "teacher outputs"]
+    saved = out / "meta_teacher" / "model.safetensors"
+    stamp = saved.stat().st_mtime_ns
+    monkeypatch.undo()
+    s = run_meta_distill(RunDir.resume_config(out, MetaDistillConfig, "meta-distill"), resume=True)
+    assert s["stages"] == [{"stage": "meta_teacher", "ran_before_resume": True}]
+    assert saved.stat().st_mtime_ns == stamp and s["steps"] == 4 and (out / "summary.json").is_file()
