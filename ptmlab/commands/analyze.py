@@ -1,5 +1,5 @@
 """``ptmlab analyze heads|layers|attention|explanation|adversarial-attention RUN --task T`` and ``ptmlab analyze
-anomaly --model M``."""
+anomaly MODEL``."""
 
 from __future__ import annotations
 
