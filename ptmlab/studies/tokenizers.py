@@ -350,13 +350,16 @@ def _calibration(rows: list[dict]) -> list[tuple[str, dict, dict]]:
 
 def validity(record: dict) -> list:
     """The conditions of ``CLAIM`` on a results record (rows: ``kind``, ``decides``, ``vocab_size``, ``fertility``
-    per language and tokenizer). Without deciding stand-ins both hold trivially (value 1 and 0)."""
+    per language and tokenizer). Without deciding stand-ins both hold trivially (value 1 and 0); a record whose rows
+    name no deciding tokenizer (``decides``) leaves both unmet, value null."""
     from ptmlab.studies.verdict import Condition
 
     rows = [r for r in record.get("rows") or [] if isinstance(r.get("vocab_size"), int | float)]
     stand_ins = [r for r in rows if r.get("decides") and r.get("kind") == STAND_IN]
     real_sizes = [r["vocab_size"] for r in rows if r.get("kind") == REAL]
-    if not stand_ins:
+    if not any("decides" in r for r in rows):  # a record that names no deciding tokenizer cannot show either
+        ratio, gap = None, None
+    elif not stand_ins:
         ratio, gap = 1.0, 0.0
     else:
         ratio = min(r["vocab_size"] for r in stand_ins) / min(real_sizes) if real_sizes else None
