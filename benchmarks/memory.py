@@ -92,6 +92,8 @@ def prepare(command: str, scratch: Path, made: set[str], max_steps: int, model: 
             return None, f"needs the user's file '{w}'"
         argv.append(RUNS.sub(lambda m: str(scratch / m.group(0)), w))
         prev = w
+    if "--overwrite" in flags[verb] and "--overwrite" not in argv:
+        argv.append("--overwrite")  # a scratch folder used before
     if "--max-steps" in flags[verb] and "--max-steps" not in argv:
         argv += ["--max-steps", str(max_steps)]
     if verb == "meta-distill" and "--teacher-epochs" not in argv:
@@ -212,7 +214,7 @@ def main() -> None:
                     out = scratch / f"scaling-{size}-{cache}"
                     args = ["distill", *[RUNS.sub(lambda m: str(scratch / m.group(0)), w)
                                          for w in shlex.split(a.scaling_args)], *extra, "--max-steps",
-                            str(a.max_steps), "--output", str(out)]
+                            str(a.max_steps), "--output", str(out), "--overwrite"]
                     args += ["--no-teacher-cache"] if cache == "off" else []
                     if a.model:
                         args = [a.model if prev in ("--teacher", "--student") and w in ZOO else w
