@@ -7,6 +7,7 @@ import json
 import random
 
 import pytest
+import torch
 
 from tests.conftest import SHARED, assert_clean_error, run_cli
 
@@ -84,6 +85,28 @@ def test_predict_tags_every_word(ner_run):
     assert rows[0]["tokens"] == ["alice", "smith", "met", "oslo"]
     assert rows[0]["tags"] == ["B-PER", "I-PER", "O", "B-GEO"]
     assert rows[1]["tags"] == ["O", "O", "O", "B-GEO"] and all(0 < p <= 1 for p in rows[1]["scores"])
+
+
+def test_prune_scores_heads_with_the_tagging_loss(ner_run):
+    d, run = ner_run
+    from ptmlab.compress.importance import compute_importance
+    from ptmlab.data.encode import encode_split
+    from ptmlab.data.tokens import normalise_tags, read_conll, tag_set, to_split
+    from ptmlab.models.zoo import load_model, load_tokenizer
+
+    sents = normalise_tags(read_conll(d / "train.conll"))
+    split = to_split(sents[:64], tag_set(sents), "train")
+    model, tok = load_model(str(run)), load_tokenizer(str(run))
+    imp = compute_importance("grad-weight", model, encode_split(tok, split, 64), tok.pad_token_id)
+    heads = torch.cat(imp.heads)
+    assert torch.isfinite(heads).all() and heads.std() > 0  # gradients of the tagging loss reach every head
+    out = d / "pruned"
+    proc = run_cli("prune", str(run), "--task", "geo-ner", "--task-kind", "token-classification", "--train-file",
+                   str(d / "train.conll"), "--dev-file", str(d / "dev.conll"), "--heads", "0.25",
+                   "--recover-epochs", "0", "--output", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["heads"] < s["heads_before"] and "entity_f1" in s["metrics"]
 
 
 def test_distilled_tagger_keeps_the_teachers_tags(ner_run):

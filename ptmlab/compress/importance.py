@@ -25,6 +25,7 @@ from ptmlab.data.batching import collate, eval_batches
 from ptmlab.data.encode import Encoded
 from ptmlab.models.loader import model_inputs
 from ptmlab.models.structure import structure_of
+from ptmlab.train.spans import is_span_batch, span_task_loss, token_loss
 
 
 @dataclass
@@ -42,12 +43,16 @@ IMPORTANCE: Registry[ImportanceFn] = Registry("importance score")
 
 
 def _batches(model, enc: Encoded, pad_id: int, batch_size: int) -> list[dict]:
+    if hasattr(enc, "make_batch"):  # tagged sentences or QA windows (data/tokens.py, data/qa.py)
+        return [enc.make_batch(idx) for idx in eval_batches(enc.lengths, batch_size)]
     regression = model.config.problem_type == "regression"
     return [collate(enc, idx, pad_id, regression=regression) for idx in eval_batches(enc.lengths, batch_size)]
 
 
 def _loss(model, batch: dict, use_labels: bool) -> torch.Tensor:
     """Summed loss of the batch: gold labels when present and wanted, else the model's own predictions."""
+    if is_span_batch(batch):
+        return _span_loss(model, batch, use_labels)
     logits = model(**model_inputs(model, batch)).logits
     logits = logits if logits.dtype == torch.float64 else logits.float()
     labels = batch.get("labels") if use_labels else None
@@ -57,6 +62,21 @@ def _loss(model, batch: dict, use_labels: bool) -> torch.Tensor:
         return F.mse_loss(logits.squeeze(-1), labels.float(), reduction="sum")
     target = labels if labels is not None else logits.argmax(-1).detach()
     return F.cross_entropy(logits, target, reduction="sum")
+
+
+def _span_loss(model, batch: dict, use_labels: bool) -> torch.Tensor:
+    """Summed token-classification or QA loss (``train.spans``); without labels, against the model's own tags at
+    the labelled positions, or its own best start and end."""
+    if use_labels:
+        return span_task_loss(model, batch).sum()
+    out = model(**model_inputs(model, batch))
+    if "start_positions" in batch:
+        pad = batch["attention_mask"] == 0
+        s, e = out.start_logits.float().masked_fill(pad, -1e4), out.end_logits.float().masked_fill(pad, -1e4)
+        return (F.cross_entropy(s, s.argmax(-1).detach(), reduction="sum")
+                + F.cross_entropy(e, e.argmax(-1).detach(), reduction="sum")) / 2
+    own = out.logits.argmax(-1).detach().masked_fill(batch["labels"] == -100, -100)
+    return token_loss(out.logits, own).sum()
 
 
 def _ffn_grad_weight(model) -> list[torch.Tensor]:
@@ -166,6 +186,6 @@ def compute_importance(method: str, model, enc: Encoded, pad_id: int, batch_size
                        use_labels: bool = True) -> Importance:
     """Scores by the named method (see ``IMPORTANCE``)."""
     fn = IMPORTANCE.get(method)
-    if use_labels and enc.labels is None:
+    if use_labels and getattr(enc, "labels", getattr(enc, "start_positions", None)) is None:
         use_labels = False
     return fn(model, enc, pad_id, batch_size=batch_size, use_labels=use_labels)

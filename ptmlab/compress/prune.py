@@ -191,8 +191,11 @@ def run_prune(cfg: PruneConfig) -> dict:
     from ptmlab.train.evaluate import evaluate
 
     data, tokenizer, model = load_for_change(cfg, "prune")
-    run = open_change_run(cfg, "prune")
     spec = data.spec
+    if cfg.distill_alpha > 0 and spec.kind in ("token-classification", "extractive-qa"):
+        raise PtmlabError(f"--distill-alpha recovers sentence tasks from the unpruned model's logits; a {spec.kind} "
+                          f"model recovers with its task loss: drop --distill-alpha")
+    run = open_change_run(cfg, "prune")
     teacher = copy.deepcopy(model).eval() if cfg.distill_alpha > 0 else None
     # one loss for every iteration: the unpruned teacher's logits are computed once per example and kept
     loss_fn = distill_loss(teacher, cfg.distill_alpha, cfg.distill_temperature,
