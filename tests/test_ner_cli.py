@@ -109,6 +109,13 @@ def test_prune_scores_heads_with_the_tagging_loss(ner_run):
     assert s["heads"] < s["heads_before"] and "entity_f1" in s["metrics"]
 
 
+def test_export_refuses_a_tagger_with_one_line(ner_run):
+    d, run = ner_run
+    proc = run_cli("export", str(run), "--format", "onnx", "--output", str(d / "onnx"))
+    assert_clean_error(proc, "BertForTokenClassification is not exported yet")
+    assert not (d / "onnx").exists()
+
+
 def test_distilled_tagger_keeps_the_teachers_tags(ner_run):
     d, run = ner_run
     out = d / "student"

@@ -105,6 +105,11 @@ SUPPORT: dict[str, tuple[tuple[str, ...], str]] = {
 
 def check_format(model, fmt: str) -> None:
     """PtmlabError, before anything is written, for a format the model's modifications cannot take."""
+    head = type(model).__name__
+    if head.endswith(("ForTokenClassification", "ForQuestionAnswering")):
+        raise PtmlabError(f"export writes sequence-classification models (its parity check compares one row of "
+                          f"logits per text); a {head} is not exported yet: load the run directory itself "
+                          f"(transformers' from_pretrained reads it) or serve it with ptmlab serve")
     for m in getattr(model.config, "ptmlab_modifications", None) or []:
         kind = m.get("kind")
         if kind in SUPPORT and fmt not in SUPPORT[kind][0]:
