@@ -220,7 +220,8 @@ def run(argv: list[str]) -> int:
                          "dev_examples": per_seed[0]["dev_examples"], "train_examples": per_seed[0]["train_examples"]})
     v, estimates = decide(correct, gold)
     for task, est in estimates.items():
-        rows.append({"task": task, "system": "contextual - static",
+        how = "hierarchical bootstrap" if metric_of(task) == "accuracy" else "paired t over seeds"
+        rows.append({"task": task, "system": f"contextual - static ({how})",
                      "metric": metric_of(task), metric_of(task): est.value,
                      "ci_95": [round(est.low, 4), round(est.high, 4)]})
     write_study(out, f"Study: static vs contextual embeddings ({a.model})", rows, v,
