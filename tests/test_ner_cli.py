@@ -198,3 +198,15 @@ def test_serve_answers_a_tokens_request_with_tags_per_word(ner_run, tmp_path):
             assert httpx.post(f"{url}/v1/predict", json={"tokens": ["oslo"]}).status_code == 401
     finally:
         store.close()
+
+
+def test_python_api_trains_a_tagger_on_a_datasets_object(tmp_path):
+    import datasets
+
+    import ptmlab
+
+    rows = [{"tokens": ["alice", "smith", "in", "oslo"], "ner_tags": ["B-PER", "I-PER", "O", "B-LOC"]}] * 40
+    run = ptmlab.finetune("tiny", datasets.Dataset.from_list(rows), task_kind="token-classification",
+                          output=str(tmp_path / "run"), epochs=1, batch_size=8, precision="fp32")
+    assert run.summary["labels"] == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    assert 0 <= run.summary["metrics"]["entity_f1"] <= 1
