@@ -60,11 +60,12 @@ def verify_watermark(model_dir: str, store: Store, texts: list[str], pairs: list
     """
     from scipy.stats import binomtest
 
+    from ptmlab.models.loader import refuse_pickle
     from ptmlab.serve.predictor import Predictor
 
     if not 0 < alpha < 1:
         raise PtmlabError(f"--alpha must be in (0, 1), got {alpha}")
-    suspect = Predictor(model_dir)  # first: a folder that cannot be loaded (or only unpickled) is named at once
+    refuse_pickle(model_dir)  # first: a suspect is untrusted by definition, whatever the records hold
     records: dict[str, WatermarkRow] = {r.query_hash: r for r in store.watermarks(key_id)}
     found: list[tuple[int, WatermarkRow]] = []
     seen = set()
@@ -80,6 +81,7 @@ def verify_watermark(model_dir: str, store: Store, texts: list[str], pairs: list
                           f"{len(texts)} given are recorded{' for this key' if key_id is not None else ''}: serve "
                           f"with --watermark-rate > 0 and pass the queries the suspect was trained on (--queries)"
                           f"{'' if task else '; a multi-task server records each head apart: name it (--head)'}")
+    suspect = Predictor(model_dir)
     head = task if suspect.info.tasks else None  # a single-task copy has one answer to give
 
     def labels(rows: list[tuple[int, WatermarkRow]]) -> list[int]:
