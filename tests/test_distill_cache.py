@@ -80,6 +80,15 @@ def test_a_killed_computation_leaves_no_trusted_entry(files, teacher, monkeypatc
     assert not list(cache.teacher_dir().glob("*.partial*"))
     out = teacher_outputs(t, fp, enc, 0, {("hidden", 0)}, batch_size=8)
     assert not out.hit and out.batches_run == 6
+    # a computation killed outright (SIGKILL) leaves its partial file: the next computation of that entry removes it
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = out.path.with_name(out.path.name + f".partial{dead.stdout.strip()}")
+    stale.write_bytes(b"x" * 100)
+    out.path.unlink()
+    assert not teacher_outputs(t, fp, enc, 0, {("hidden", 0)}, batch_size=8).hit and not stale.exists()
 
 
 def test_a_cache_larger_than_the_free_disk_is_refused_before_any_work(files, teacher, tmp_path, monkeypatch):

@@ -374,6 +374,9 @@ class _Writer:
 
     def __init__(self, path: Path, names: list[str], n: int, shapes: Shapes):
         self.path, self.n, self.shapes = path, n, shapes
+        for stale in path.parent.glob(path.name + ".partial*"):  # left by a computation that was killed
+            if not _alive(stale.suffix.removeprefix(".partial")):
+                stale.unlink(missing_ok=True)
         self.tmp = path.with_name(path.name + f".partial{os.getpid()}")
         self.f = open(self.tmp, "wb")
         self.pos = 0
@@ -413,6 +416,16 @@ class _Writer:
             self.f.close()
         finally:
             self.tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _offsets(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
