@@ -235,6 +235,12 @@ def test_a_locked_store_is_a_one_line_retryable_cli_error(victim, tmp_path):
 def test_an_empty_host_is_refused_and_only_loopback_is_quiet(victim, tmp_path):
     assert_clean_error(run_cli("serve", str(victim), "--host", "", env={"PTMLAB_HOME": str(tmp_path / "h")}),
                        "--host", "every interface")
+    with socket.socket() as taken:  # the port is busy, so the server stops after its start-up checks
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        p = run_cli("serve", str(victim), "--host", "0.0.0.0", "--port", str(taken.getsockname()[1]), "--no-detector",
+                    env={"PTMLAB_HOME": str(tmp_path / "h")})
+    assert p.returncode == 2 and p.stderr.startswith("warning: --host 0.0.0.0 is not loopback"), p.stderr
     for host, local in (("127.0.0.1", True), ("::1", True), ("localhost", True), ("127.0.0.2", True),
                         ("0.0.0.0", False), ("::", False), ("10.1.2.3", False), ("example.org", False)):
         assert is_loopback(host) is local, host
