@@ -22,8 +22,8 @@ Budgets: ``--budget small`` runs the tiny model on 40 examples of three domains 
 (inconclusive by construction); ``--budget full`` runs 3 seeds on 1,600 examples per domain (the paper's teacher
 size is ``--model mpnet``, not tried here, hours on a CPU).
 
-It runs in this process under either ``--executor``: within a seed the students distil from teachers
-trained first and the meta-teacher is shared across domains (its seeds could be submitted as runs).
+Each seed is one run of the study's grid (``--executor``): within a seed the students distil from teachers
+trained first and the meta-teacher is shared across domains.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import StudyBase, parse_study_args, write_study
+from ptmlab.studies.executor import Run, run_grid
 from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, combine, decide_above, paired_seeds
 
 CLAIM = Claim(
@@ -162,6 +163,37 @@ def _heldout_accuracy(run: str, dd, name: str, max_length: int) -> float:
     return float(evaluate(load_model(run), enc, data.spec, tok.pad_token_id or 0)[0]["accuracy"])
 
 
+def _one_seed(a: MetaKDStudyArgs, seed: int, base: Path, dd, files: dict, pooled_files: dict):
+    """One seed of the study's grid, into ``base``: its teachers, then its students, for every part of ``a.parts``;
+    the per-domain rows and the leave-one-domain-out rows."""
+    names = dd.names
+    rows, lodo = [], []
+    pooled_teacher = _finetune(a, seed, "pooled", pooled_files, base / "b" / "teacher") if "b" in a.parts else None
+    meta_teacher = None
+    for d in names:
+        row = {"seed": seed, "domain": d}
+        if "a" in a.parts:
+            t = _finetune(a, seed, d, files[d], base / "a" / d / "teacher")
+            row["single_kd"] = _plain_kd(a, seed, d, t, files[d], base / "a" / d / "student")
+        if "b" in a.parts:
+            row["pooled_kd"] = _plain_kd(a, seed, d, pooled_teacher, files[d], base / "b" / d)
+        if "c" in a.parts:
+            s = _meta(a, seed, names, base / "c" / d, student_domain=d, meta_teacher=meta_teacher)
+            meta_teacher = meta_teacher or str(base / "c" / d / "meta_teacher")
+            row["meta_kd"] = float(s["per_domain_test_accuracy"][d]["student"])
+        rows.append(row)
+        if "d" in a.parts:
+            others = [n for n in names if n != d]
+            _meta(a, seed, others, base / "d" / d)
+            tr = [dd.get(n).splits["train"] for n in others]
+            te = dd.get(d).splits["test"]
+            tfidf = tfidf_accuracy([t for s in tr for t in s.text], [y for s in tr for y in s.label], te.text,
+                                   te.label)
+            lodo.append({"seed": seed, "held_out": d, "tfidf_lr": tfidf,
+                         "meta_kd_student": _heldout_accuracy(str(base / "d" / d), dd, d, a.max_length)})
+    return rows, lodo
+
+
 @STUDIES.register("meta-kd", help="ACL 2021 Meta-KD: meta-teacher + meta-distillation vs single-domain and pooled "
                                   "KD, and leave-one-domain-out vs TF-IDF")
 def run(argv: list[str]) -> int:
@@ -176,33 +208,11 @@ def run(argv: list[str]) -> int:
         raise PtmlabError("the meta-kd study needs at least two domains")
     files = write_split_files(dd, out / "data")
     pooled_files = _pooled_files(dd, out / "data")
-    rows, lodo = [], []
-    for seed in (int(s) for s in a.seeds):
-        base = out / f"seed{seed}"
-        pooled_teacher = _finetune(a, seed, "pooled", pooled_files, base / "b" / "teacher") \
-            if "b" in a.parts else None
-        meta_teacher = None
-        for d in names:
-            row = {"seed": seed, "domain": d}
-            if "a" in a.parts:
-                t = _finetune(a, seed, d, files[d], base / "a" / d / "teacher")
-                row["single_kd"] = _plain_kd(a, seed, d, t, files[d], base / "a" / d / "student")
-            if "b" in a.parts:
-                row["pooled_kd"] = _plain_kd(a, seed, d, pooled_teacher, files[d], base / "b" / d)
-            if "c" in a.parts:
-                s = _meta(a, seed, names, base / "c" / d, student_domain=d, meta_teacher=meta_teacher)
-                meta_teacher = meta_teacher or str(base / "c" / d / "meta_teacher")
-                row["meta_kd"] = float(s["per_domain_test_accuracy"][d]["student"])
-            rows.append(row)
-            if "d" in a.parts:
-                others = [n for n in names if n != d]
-                _meta(a, seed, others, base / "d" / d)
-                tr = [dd.get(n).splits["train"] for n in others]
-                te = dd.get(d).splits["test"]
-                tfidf = tfidf_accuracy([t for s in tr for t in s.text], [y for s in tr for y in s.label], te.text,
-                                       te.label)
-                lodo.append({"seed": seed, "held_out": d, "tfidf_lr": tfidf,
-                             "meta_kd_student": _heldout_accuracy(str(base / "d" / d), dd, d, a.max_length)})
+    seeds = [int(s) for s in a.seeds]
+    done = run_grid(a, {seed: Run(_one_seed, out / f"seed{seed}", (a, seed, out / f"seed{seed}", dd, files,
+                                                                    pooled_files)) for seed in seeds})
+    rows = [r for seed in seeds for r in done[seed][0]]
+    lodo = [r for seed in seeds for r in done[seed][1]]
     avg = method_scores(rows)
     v = decide(avg)
     if lodo:
