@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -66,3 +67,80 @@ def data_options(data: Any) -> tuple[dict, Any]:
         raise PtmlabError(f"data '{text}' is not a file, a directory, hf:NAME or a task name "
                           f"({', '.join(TASKS.names())})")
     return {}, data
+
+
+def training_data(data: Any, options: dict) -> tuple[dict, Any]:
+    """``data_options`` for a verb that trains on a task (finetune, distill, prune, compress): data held in memory
+    is the task ``custom`` unless ``task=`` names it."""
+    opts, source = data_options(data)
+    if source is not None and "task" not in options:
+        opts["task"] = "custom"
+    return opts, source
+
+
+def _is_path_list(data: Any) -> bool:
+    """A list naming files or folders (not texts): every item a Path, or a string naming one that exists."""
+    items = list(data)
+    paths = [isinstance(x, os.PathLike) or (isinstance(x, str) and Path(x).expanduser().exists()) for x in items]
+    if any(paths) and not all(paths):
+        raise PtmlabError("data mixes files with other strings: pass a list of texts, or a list of existing text "
+                          "files and folders (files=[...])")
+    return bool(items) and all(paths)
+
+
+def _texts(table, text_col: str) -> list[str]:
+    if text_col not in table.columns:
+        raise PtmlabError(f"{table.where} has no text column '{text_col}' (it has {', '.join(table.columns)}): "
+                          f"pass text_col=")
+    texts = []
+    for i, row in enumerate(table.rows):
+        value = row.get(text_col)
+        if value is not None and not isinstance(value, str):
+            raise PtmlabError(f"{table.where} row {i + table.first_line}: '{text_col}' holds a "
+                              f"{type(value).__name__}, not text")
+        if value and value.strip():
+            texts.append(value)
+    return texts
+
+
+@contextlib.contextmanager
+def text_options(data: Any, text_col: str = "text", train_split: str = "train", eval_split: str | None = None):
+    """Yields (options, label): the ``files`` (and ``valid_files``) options of pre-training for ``data``, and how
+    the run's record names data held in memory (None for files): a text file or folder, or
+    a list of them, as given; raw text in memory (a list of strings, one document each; a Dataset, DataFrame or
+    list of dicts, one document per row of ``text_col``; a DatasetDict, a save_to_disk directory or
+    ``hf:NAME[:CONFIG]``, whose evaluation split becomes the held-out text) is read through the data layer and
+    written, one JSON line per document, to a temporary folder for the corpus reader."""
+    from ptmlab.data.sources import source_tables
+
+    if data is None:
+        yield {}, None
+        return
+    if isinstance(data, str | os.PathLike):
+        text = str(data)
+        saved = Path(text).expanduser()
+        if not (text.startswith("hf:") or (saved / "dataset_dict.json").is_file()
+                or (saved / "dataset_info.json").is_file()):
+            yield {"files": [text]}, None
+            return
+    elif isinstance(data, list | tuple) and _is_path_list(data):
+        yield {"files": [str(x) for x in data]}, None
+        return
+    if isinstance(data, list | tuple) and all(isinstance(x, str) for x in data):
+        splits = {"train": [t for t in data if t.strip()]}
+    else:
+        splits = {name: _texts(table, text_col) for name, table in
+                  source_tables(data, train_split, eval_split).items() if name in ("train", "dev")}
+    if not splits.get("train"):
+        raise PtmlabError("the data holds no training text: pass non-empty texts")
+    tmp = Path(tempfile.mkdtemp(prefix="ptmlab-text-"))
+    try:
+        opts = {}
+        for name, texts in splits.items():
+            path = tmp / f"{name}.jsonl"
+            path.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts),
+                            encoding="utf-8")
+            opts["files" if name == "train" else "valid_files"] = [str(path)]
+        yield opts, f"<{type(data).__name__}>" if not isinstance(data, str | os.PathLike) else str(data)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ptmlab.api.inputs import data_options, model_option
+from ptmlab.api.inputs import data_options, model_option, text_options, training_data
 from ptmlab.api.run import Run
 from ptmlab.core.config import build_config, load_yaml
 from ptmlab.core.errors import PtmlabError
@@ -78,26 +78,24 @@ def finetune(model: Any = "minilm", data: Any = None, *, tokenizer: Any = None, 
             cfg = RunDir.resume_config(options["output"], FinetuneConfig, "finetune")
             opts, source = data_options(data)
         else:
-            opts, source = data_options(data)
-            if source is not None and "task" not in options:
-                opts["task"] = "custom"
+            opts, source = training_data(data, options)
             cfg = make_config(FinetuneConfig, config, **{"model": name, **opts, **options})
         finetune_config(cfg, resume=resume, source=source)
         if label is not None:  # the record names the model object, not the temporary directory it was read from
-            _rename_model(cfg.output, label)
+            _amend_record(cfg.output, {"model": label}, {"model": label})
     return Run(cfg.output)
 
 
-def _rename_model(output: str, label: str) -> None:
+def _amend_record(output: str, config_changes: dict, summary_changes: dict | None = None) -> None:
+    """Rewrite what a run recorded about an input given as an object (config.yaml, summary.json, model card)."""
     from ptmlab.core.rundir import RunDir
 
     run = RunDir(output)
     config = run.read_config()
     command = config.pop("command", "finetune")
-    run.write_config({**config, "model": label}, command)
-    summary = run.summary()
-    summary["model"] = label
-    run.write_summary(summary)
+    run.write_config({**config, **config_changes}, command)
+    if summary_changes:
+        run.write_summary({**run.summary(), **summary_changes})
     if run.file("README.md").is_file():  # the model card names the base model too
         from ptmlab.report.model_card import write_model_card
 
@@ -153,44 +151,41 @@ def evaluate(model: Any, data: Any = None, **options) -> dict:
 
 
 def distill(teacher: Any, data: Any = None, *, student: str | None = None, config: Any = None, **options) -> Run:
-    """Distil ``teacher`` (a fine-tuned ``Run`` or run directory) into ``student`` on ``data``; returns the Run."""
+    """Distil ``teacher`` (a fine-tuned ``Run`` or run directory) into ``student`` on ``data`` (what ``finetune``
+    takes: a Dataset/DatasetDict, DataFrame, list of dicts, data file, ``hf:NAME`` or task name); returns the Run."""
     from ptmlab.distill.config import DistillConfig
     from ptmlab.distill.pipeline import run_distill
 
     with api_call(_call("distill", teacher, data, student=student, **options)):
-        opts, source = data_options(data)
-        if source is not None:
-            raise PtmlabError("distill reads its data from files or task names: pass a data file or hf:NAME")
+        opts, source = training_data(data, options)
         if student is not None:
             opts["student"] = student
         cfg = make_config(DistillConfig, config, teacher=_path(teacher), **opts, **options)
-        run_distill(cfg)
+        run_distill(cfg, source=source)
     return Run(cfg.output)
 
 
 def prune(model: Any, data: Any = None, *, config: Any = None, **options) -> Run:
-    """Prune heads and FFN neurons of ``model`` (a Run, directory or zoo name) scored on ``data``; returns the Run."""
+    """Prune heads and FFN neurons of ``model`` (a Run, directory or zoo name), scored and recovered on ``data``
+    (any data ``finetune`` takes); returns the Run."""
     from ptmlab.compress.prune import PruneConfig, run_prune
 
     with api_call(_call("prune", model, data, **options)):
-        opts, source = data_options(data)
-        if source is not None:
-            raise PtmlabError("prune reads its data from files or task names: pass a data file or hf:NAME")
+        opts, source = training_data(data, options)
         cfg = make_config(PruneConfig, config, model=_path(model), **opts, **options)
-        run_prune(cfg)
+        run_prune(cfg, source=source)
     return Run(cfg.output)
 
 
 def compress(model: Any, data: Any = None, *, config: Any = None, **options) -> Run:
-    """The compression pipeline (``ptmlab compress``) on ``model``; returns the Run."""
+    """The compression pipeline (``ptmlab compress``) on ``model``, measured and recovered on ``data`` (any data
+    ``finetune`` takes); returns the Run."""
     from ptmlab.compress.pipeline import CompressConfig, run_compress
 
     with api_call(_call("compress", model, data, **options)):
-        opts, source = data_options(data)
-        if source is not None:
-            raise PtmlabError("compress reads its data from files or task names: pass a data file or hf:NAME")
+        opts, source = training_data(data, options)
         cfg = make_config(CompressConfig, config, model=_path(model), **opts, **options)
-        run_compress(cfg)
+        run_compress(cfg, source=source)
     return Run(cfg.output)
 
 
@@ -204,19 +199,24 @@ def export(model: Any, output: str, *, format: str = "transformers", **options) 
     return Path(info["output"])
 
 
-def pretrain(model: str | None = None, data: Any = None, *, config: Any = None, **options) -> Run:
-    """Pre-train (``ptmlab pretrain``): ``data`` is a text file or a list of them (``files``); returns the Run."""
+def pretrain(model: Any = None, data: Any = None, *, text_col: str = "text", config: Any = None,
+             **options) -> Run:
+    """Pre-train (``ptmlab pretrain``) from ``model`` (continued pre-training; None: from scratch) on ``data``;
+    returns the Run. ``data``: a text file or folder or a list of them (the ``files`` option), a list of strings (one
+    document each), a Dataset, DataFrame or list of dicts (one document per row of ``text_col``), or a
+    DatasetDict, ``save_to_disk`` directory or ``hf:NAME[:CONFIG]`` (``train_split`` trained on, its evaluation
+    split held out for the eval loss)."""
     from ptmlab.pretrain.config import PretrainConfig
     from ptmlab.pretrain.run import run_pretrain
 
-    with api_call(_call("pretrain", model, data, **options)):
-        opts: dict = {}
+    splits = {k: options.pop(k) for k in ("train_split", "eval_split") if k in options}
+    with api_call(_call("pretrain", model, data, **options)), text_options(data, text_col, **splits) as (opts, label):
         if model is not None:
             opts["model"] = _path(model)
-        if data is not None:
-            opts["files"] = [str(f) for f in (data if isinstance(data, list | tuple) else [data])]
         cfg = make_config(PretrainConfig, config, **opts, **options)
         run_pretrain(cfg)
+        if label is not None:  # the record names the data, not the temporary files it was read from
+            _amend_record(cfg.output, {k: [label] for k in ("files", "valid_files") if k in opts})
     return Run(cfg.output)
 
 

@@ -12,14 +12,15 @@ COLUMNS = ["variant", "dev", "params", "size_mb", "latency_b1_ms", "latency_b32_
 
 
 class Measurer:
-    """Holds the dev split (encoded once per tokenizer) and latency texts of a task."""
+    """Holds the dev split (encoded once per tokenizer) and latency texts of a task (``data``: the task already
+    loaded, else read from ``cfg``)."""
 
-    def __init__(self, cfg, tokenizer, latency_repeats: int | None = None):
+    def __init__(self, cfg, tokenizer, latency_repeats: int | None = None, data=None):
         from ptmlab.data.taskdata import load_task_data
 
         self.cfg = cfg
         self.latency_repeats = latency_repeats or getattr(cfg, "latency_repeats", 5)
-        self.data = load_task_data(cfg, need_train=False)
+        self.data = data if data is not None else load_task_data(cfg, need_train=False)
         self.spec = self.data.spec
         self.texts = list(self.data.splits["dev"].text[:64])
         self._enc: dict[int, object] = {}

@@ -214,8 +214,9 @@ def _size(st: State, meas) -> float:
     return meas.saved_size(st.model)
 
 
-def run_compress(cfg: CompressConfig) -> list[dict]:
-    """Apply ``cfg.steps`` to ``cfg.model``; write the final model, the table and the Pareto plot to ``cfg.output``."""
+def run_compress(cfg: CompressConfig, source=None) -> list[dict]:
+    """Apply ``cfg.steps`` to ``cfg.model``; write the final model, the table and the Pareto plot to ``cfg.output``.
+    ``source``: data in memory instead of what ``cfg`` names."""
     from ptmlab.compress.measure import Measurer, write_table_report
     from ptmlab.compress.quantize import check_not_quantized
     from ptmlab.core.rundir import RunDir, check_output_dir
@@ -228,14 +229,14 @@ def run_compress(cfg: CompressConfig) -> list[dict]:
     check_not_quantized(cfg.model)
     check_output_dir(cfg.output, cfg.overwrite)
     set_seed(cfg.seed)
-    data = load_task_data(cfg)
+    data = load_task_data(cfg, source=source)
     tokenizer = load_tokenizer(cfg.model)
     model = load_model(cfg.model, num_labels=data.spec.num_labels, regression=data.spec.kind == "regression",
                        label_names=label_names(data))
     from ptmlab.compress.ghost import check_no_ghost
 
     check_no_ghost(model, "compress")
-    meas = Measurer(cfg, tokenizer)
+    meas = Measurer(cfg, tokenizer, data=data)
     rows = [meas.row("original", model, meas.saved_size(model))]
     with tempfile.TemporaryDirectory(prefix="ptmlab-compress-") as tmp:
         st = State(cfg, model, tokenizer, data, Path(tmp))

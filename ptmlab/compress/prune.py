@@ -158,9 +158,10 @@ def open_change_run(cfg, command: str):
     return RunSession(cfg, command).open()
 
 
-def load_for_change(cfg, command: str, allow_ghost: bool = False):
-    """What every command that changes a model does first: check the input and output, seed, load the task data,
-    the tokenizer and the model (through ``lifecycle.build_task_model``); returns (data, tokenizer, model)."""
+def load_for_change(cfg, command: str, allow_ghost: bool = False, source=None):
+    """What every command that changes a model does first: check the input and output, seed, load the task data
+    (``source``: data in memory, as ``run_finetune`` reads it), the tokenizer and the model (through
+    ``lifecycle.build_task_model``); returns (data, tokenizer, model)."""
     from ptmlab.compress.ghost import check_no_ghost
     from ptmlab.compress.quantize import check_not_quantized
     from ptmlab.core.rundir import check_output_dir
@@ -173,7 +174,7 @@ def load_for_change(cfg, command: str, allow_ghost: bool = False):
     check_not_quantized(cfg.model)
     check_output_dir(cfg.output, cfg.overwrite)
     set_seed(cfg.seed)
-    data = load_task_data(cfg)
+    data = load_task_data(cfg, source=source)
     tokenizer = load_tokenizer(cfg.model)
     model = build_task_model(cfg, data)
     if not allow_ghost:
@@ -181,8 +182,9 @@ def load_for_change(cfg, command: str, allow_ghost: bool = False):
     return data, tokenizer, model
 
 
-def run_prune(cfg: PruneConfig) -> dict:
-    """Prune ``cfg.model`` (a fine-tuned run or model directory) into the run directory ``cfg.output``."""
+def run_prune(cfg: PruneConfig, source=None) -> dict:
+    """Prune ``cfg.model`` (a fine-tuned run or model directory) into the run directory ``cfg.output``; ``source``:
+    data in memory instead of what ``cfg`` names."""
     from ptmlab.core.rundir import RunDir
     from ptmlab.data.encode import encode_split
     from ptmlab.data.loaders import subset
@@ -190,7 +192,7 @@ def run_prune(cfg: PruneConfig) -> dict:
     from ptmlab.models.loader import save_model
     from ptmlab.train.evaluate import evaluate
 
-    data, tokenizer, model = load_for_change(cfg, "prune")
+    data, tokenizer, model = load_for_change(cfg, "prune", source=source)
     spec = data.spec
     if cfg.distill_alpha > 0 and spec.kind in ("token-classification", "extractive-qa"):
         raise PtmlabError(f"--distill-alpha recovers sentence tasks from the unpruned model's logits; a {spec.kind} "

@@ -75,8 +75,9 @@ def plan_stages(cfg: DistillConfig, matches: list[Match], train_enc, t_out, gene
     return stages
 
 
-def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = False) -> dict:
-    """Distil ``cfg.teacher`` into ``cfg.student`` on ``cfg.task``; returns the summary written to summary.json.
+def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = False, source=None) -> dict:
+    """Distil ``cfg.teacher`` into ``cfg.student`` on ``cfg.task`` (or ``source``: data in memory, read as
+    ``run_finetune`` reads it); returns the summary written to summary.json.
 
     ``resume``: continue a killed run from its checkpoint. Only the final (prediction-layer) stage checkpoints;
     the general and intermediate stages, which ran before it, are not repeated."""
@@ -96,10 +97,12 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
     if not cfg.teacher:
         raise PtmlabError("no teacher: pass --teacher RUN_DIR (a fine-tuned run) or a model with a task head")
     if is_multitask_distill(cfg):  # one student, a head per task (ptmlab.distill.multitask)
+        if source is not None:
+            raise PtmlabError("multi-task distillation reads each task by name: drop the data object")
         return run_multitask_distill(cfg, command, resume)
     cfg, resume = restart_unless_checkpointed(cfg, resume)
     session = prepare_run(cfg, command, resume=resume)
-    data = load_task_data(cfg)
+    data = load_task_data(cfg, source=source)
     if data.spec.kind in SPAN_KINDS:  # soft targets per word, or over start and end positions
         from ptmlab.distill.spans import run_span_distill
 

@@ -7,6 +7,7 @@ built-in tweets task; both models see the same tokenized batches, so any differe
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import torch
@@ -33,9 +34,22 @@ def parity_data_args(source: str, task: str | None, overrides: dict, max_example
             else {}
     if task is not None:
         values = {"task": task}
+    elif values and not overrides.get("dev_file") and not _rereadable(values):
+        print("note: the run was trained on data held in memory, which it does not keep: parity is checked on the "
+              "built-in tweets dev text (pass --task or --dev-file to choose)", file=sys.stderr)
+        values = {}
     values.update({k: v for k, v in overrides.items() if v is not None})
     values.update(max_eval=max_examples, max_train=None)
     return build_config(DataArgs, values, source="export parity")
+
+
+def _rereadable(values: dict) -> bool:
+    """Whether a run's recorded data options name data that can be read again (files, a task, hf:, a folder)."""
+    from ptmlab.data.tasks import TASKS
+
+    task = str(values.get("task", "tweets"))
+    return bool(values.get("train_file") or values.get("dev_file") or task in TASKS or task.startswith("hf:")
+                or Path(task).expanduser().is_dir())
 
 
 def dev_split(args: DataArgs):
