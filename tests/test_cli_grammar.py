@@ -100,8 +100,9 @@ def test_the_thing_acted_on_is_always_the_same_kind_of_argument():
             if "--model" not in flags or any(a.dest == "model" for a in pos):
                 bad.append(f"{name}: the pretrained model it starts from is --model")
         elif name in TEACHER_STUDENT:
-            if not {"--teacher", "--student"} <= flags or "--model" in flags:
-                bad.append(f"{name}: distillation names --teacher and --student")
+            # --teacher: the model the student learns from, as it is; --teacher-model: one trained into the teacher
+            if "--student" not in flags or len(flags & {"--teacher", "--teacher-model"}) != 1 or "--model" in flags:
+                bad.append(f"{name}: distillation names --student and --teacher (or --teacher-model)")
         elif "--model" in flags:
             bad.append(f"{name}: takes no model")
     assert not bad, "\n".join(bad)
@@ -215,6 +216,43 @@ def test_deprecated_spellings_still_work_with_a_note():
     with contextlib.redirect_stderr(err):
         args = full_parser().parse_args(["clean", "in.jsonl", "--text-field", "body", "--output", "o"])
     assert args.text_col == "body" and "--text-field is deprecated: use --text-col" in err.getvalue()
+
+
+def test_tasks_is_one_joint_model_and_a_teacher_is_used_as_it_is():
+    """--tasks lists the tasks of one jointly trained model; glue, which runs each task on its own, selects them with
+    --only (as study all selects studies); meta-distill trains its teacher from --teacher-model."""
+    cmds = leaves()
+    assert {name for name, p in cmds.items() if "--tasks" in visible(p)} == {"finetune", "distill"}
+    assert "--only" in visible(cmds["glue"])
+    assert "--teacher-model" in visible(cmds["meta-distill"]) and "--teacher" not in visible(cmds["meta-distill"])
+    assert "--teacher" in visible(cmds["distill"]) and "--teacher" in visible(cmds["distill-embeddings"])
+    grammar = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8").split("<!-- Generated")[0]
+    assert "--only" in grammar and "--teacher-model" in grammar
+
+
+def test_renamed_options_read_their_old_spelling_in_flags_yaml_and_run_records(tmp_path):
+    from ptmlab.commands.glue import GlueConfig
+    from ptmlab.core.config import build_config, load_yaml
+    from ptmlab.distill.metakd import MetaDistillConfig
+
+    for argv, field, value, note in (
+            (["glue", "--model", "tiny", "--tasks", "sst2,mrpc"], "only", ["sst2", "mrpc"], "--tasks"),
+            (["meta-distill", "--teacher", "tiny"], "teacher_model", "tiny", "--teacher")):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            args = full_parser().parse_args(argv)
+        assert getattr(args, field) == value and f"{note} is deprecated: use --{field.replace('_', '-')}" in \
+            err.getvalue()
+        new = full_parser().parse_args([*argv[:-2], f"--{field.replace('_', '-')}", argv[-1]])
+        assert getattr(new, field) == value
+    (tmp_path / "glue.yaml").write_text("model: tiny\ntasks: [rte]\n")
+    assert build_config(GlueConfig, load_yaml(tmp_path / "glue.yaml")).only == ["rte"]
+    # a meta-distill run recorded before the rename (config.yaml: teacher: ...) still resumes
+    old_record = {"command": "meta-distill", "teacher": "tiny", "student": "layers:1"}
+    (tmp_path / "config.yaml").write_text(__import__("yaml").safe_dump(old_record))
+    assert build_config(MetaDistillConfig, load_yaml(tmp_path / "config.yaml")).teacher_model == "tiny"
+    with pytest.raises(Exception, match="unknown option 'tasks'"):  # the new key is not read twice
+        build_config(GlueConfig, {"tasks": ["rte"], "only": ["sst2"]})
 
 
 def test_top_level_help_lists_every_verb_without_importing_torch():

@@ -152,7 +152,7 @@ def test_meta_distill_killed_after_its_meta_teacher_resumes_without_training_it_
         write_domain(tmp_path / f"{name}.tsv", name, n=40)
         files.append(f"{name}={tmp_path / f'{name}.tsv'}")
     out = tmp_path / "m"
-    cfg = MetaDistillConfig(domain_files=files, teacher="tiny", student="layers:1", teacher_epochs=1, epochs=1,
+    cfg = MetaDistillConfig(domain_files=files, teacher_model="tiny", student="layers:1", teacher_epochs=1, epochs=1,
                             batch_size=16, max_length=32, output=str(out))
 
     def killed(*a, **k):

@@ -63,7 +63,7 @@ def test_domain_splits_are_deterministic_and_disjoint(domains):
 def test_meta_distill_end_to_end_and_evaluate_on_an_unseen_domain(domains, tmp_path):
     out = tmp_path / "student"
     p = run_cli("meta-distill", "--domain", f"kitchen={domains['kitchen']}", "--domain", f"toys={domains['toys']}",
-                "--teacher", "tiny", "--student", "layers:1", "--teacher-epochs", "2", "--epochs", "2",
+                "--teacher-model", "tiny", "--student", "layers:1", "--teacher-epochs", "2", "--epochs", "2",
                 "--batch-size", "16", "--teacher-lr", "1e-3", "--lr", "1e-3", "--output", str(out))
     assert p.returncode == 0, p.stderr[-2000:]
     s = json.loads((out / "summary.json").read_text())
@@ -84,7 +84,7 @@ def test_meta_distill_end_to_end_and_evaluate_on_an_unseen_domain(domains, tmp_p
     # the saved meta-teacher is reused for a per-domain student, without training a new one
     out2 = tmp_path / "student2"
     p = run_cli("meta-distill", "--domain", f"kitchen={domains['kitchen']}", "--domain", f"toys={domains['toys']}",
-                "--teacher", "tiny", "--meta-teacher", str(out / "meta_teacher"), "--student", "layers:1",
+                "--teacher-model", "tiny", "--meta-teacher", str(out / "meta_teacher"), "--student", "layers:1",
                 "--student-domain", "toys", "--epochs", "1", "--batch-size", "16", "--output", str(out2))
     assert p.returncode == 0, p.stderr[-2000:]
     s2 = json.loads((out2 / "summary.json").read_text())
@@ -102,7 +102,7 @@ def test_bad_domain_files_are_one_line_errors_and_write_nothing(domains, tmp_pat
         bad.write_text("")
     out = tmp_path / "out"
     p = run_cli("meta-distill", "--domain", f"kitchen={domains['kitchen']}", "--domain", f"bad={bad}",
-                "--teacher", "tiny", "--output", str(out))
+                "--teacher-model", "tiny", "--output", str(out))
     assert_clean_error(p, str(bad))
     assert not out.exists()
 

@@ -1,5 +1,6 @@
-"""``ptmlab glue --model M``: fine-tune and evaluate every available GLUE task; table, GLUE average, and
-test-set predictions in the GLUE submission format."""
+"""``ptmlab glue --model M``: fine-tune and evaluate every available GLUE task (or those ``--only`` names), each
+in a run of its own; table, GLUE average, and test-set predictions in the GLUE submission format. (``--tasks``
+is finetune's and distill's list of tasks trained jointly into one model; glue's older ``--tasks`` still works.)"""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ SUBMISSION_NAMES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "ST
 class GlueConfig:
     model: str = opt("minilm", "model to fine-tune")
     glue_dir: str | None = opt(None, "GLUE directory (default ../shared/data/glue when present)")
-    tasks: list[str] = opt(list(GLUE_TASKS), "tasks to run")
+    only: list[str] = opt(list(GLUE_TASKS), "GLUE tasks to run, each fine-tuned separately into its own run",
+                          deprecated=("--tasks",))
     strategy: str = opt("full", "fine-tuning strategy")
     max_train: int | None = opt(None, "training examples per task")
     max_eval: int | None = opt(None, "dev examples per task")
@@ -34,7 +36,7 @@ class GlueConfig:
     overwrite: bool = opt(False, "replace existing task runs")
 
     def validate(self) -> None:
-        for t in self.tasks:
+        for t in self.only:
             if t not in GLUE_TASKS:
                 TASKS.get(t)
                 raise PtmlabError(f"'{t}' is not a GLUE task: choose from {', '.join(GLUE_TASKS)}")
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
                           f"pass --glue-dir DIR")
     cfg = dataclasses.replace(cfg, glue_dir=str(glue_dir))
     out = Path(cfg.output or f"runs/glue-{Path(cfg.model).name}")
-    available = [t for t in cfg.tasks if (glue_dir / TASKS.get(t).glue_dir / "train.tsv").is_file()]
+    available = [t for t in cfg.only if (glue_dir / TASKS.get(t).glue_dir / "train.tsv").is_file()]
     if not available:
         raise PtmlabError(f"no GLUE task folders ({', '.join(SUBMISSION_NAMES.values())}) in '{glue_dir}'")
     rows, scores = [], {}

@@ -131,11 +131,16 @@ def load_yaml(path: str | Path) -> dict:
 
 
 def build_config(cls: type[C], values: dict[str, Any], source: str = "options") -> C:
-    """Make a config from a dict, coercing types and naming unknown keys."""
+    """Make a config from a dict, coercing types and naming unknown keys. A key spelt as a field's deprecated flag
+    (``text_field`` for ``--text-field``) is read as that field, so older YAML files and run records still load."""
     types_ = _field_types(cls)
     known = {f.name for f in dataclasses.fields(cls)}
+    renamed = {old.lstrip("-").replace("-", "_"): f.name for f in dataclasses.fields(cls)
+               for old in f.metadata.get("deprecated", ())}
     kwargs = {}
     for k, v in values.items():
+        if k not in known and renamed.get(k) in known and renamed[k] not in values:
+            k = renamed[k]
         if k not in known:
             raise PtmlabError(f"unknown option '{k}' in {source}: {did_you_mean(k, known)}")
         kwargs[k] = _coerce(v, types_[k], k)

@@ -47,7 +47,8 @@ class MetaKDArgs:
     label_col: str = opt("label", "label column of the domain files")
     max_per_domain: int | None = opt(None, "cap each domain's training split at N examples")
     max_length: int = opt(128, "truncate inputs to this many tokens")
-    teacher: str = opt("minilm", "base encoder of the meta-teacher (zoo name or model directory)")
+    teacher_model: str = opt("minilm", "base encoder the meta-teacher is trained from (zoo name or model directory)",
+                             deprecated=("--teacher",))
     meta_teacher: str | None = opt(None, "reuse a meta-teacher saved by an earlier meta-distill (RUN/meta_teacher) "
                                          "instead of training one")
     student: str = opt("layers:3", "student: layers:K, layers:0,2,4 or shrink:... (heads equal to the teacher's)")
@@ -262,8 +263,8 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill", resu
     if cfg.meta_teacher:
         teacher, tok, t_head = load_meta_teacher(cfg.meta_teacher, names)
     else:
-        teacher = load_model(cfg.teacher, num_labels=len(dd.labels), label_names=dd.labels)
-        tok = load_tokenizer(cfg.teacher)
+        teacher = load_model(cfg.teacher_model, num_labels=len(dd.labels), label_names=dd.labels)
+        tok = load_tokenizer(cfg.teacher_model)
         t_head = DomainHead(teacher.config.hidden_size, K)
     t_info = ModelInfo.of(teacher)
     enc = encode_task(tok, pooled, cfg.max_length)
@@ -280,7 +281,7 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill", resu
 
     # 1. prototype scores from the base encoder's mean-pooled vectors
     mark_stage(run, "prototype scores", examples=len(enc["train"]))
-    base = SentenceEncoder(load_model(cfg.teacher, task_head=False), "mean").to(device())
+    base = SentenceEncoder(load_model(cfg.teacher_model, task_head=False), "mean").to(device())
     vecs = encode_texts(base, tok, pooled.splits["train"].text, cfg.max_length, cfg.teacher_batch_size, False)
     scores = torch.from_numpy(prototype_scores(vecs, dom_ids["train"], K, cfg.alpha))
     del base
@@ -343,7 +344,7 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill", resu
     teacher_dev = float((t_dev == np.asarray(s_enc["dev"].labels)).mean())
     summary = {
         "task": data.spec.name, "model": cfg.student, "strategy": "meta-distill", "teacher": cfg.meta_teacher or
-        f"meta-teacher from {cfg.teacher}", "domains": names, "student_domains": keep, "labels": dd.labels,
+        f"meta-teacher from {cfg.teacher_model}", "domains": names, "student_domains": keep, "labels": dd.labels,
         **fit.train_summary(), "teacher_metrics": {"accuracy": teacher_dev},
         "retained_pct": round(100 * fit.dev_metrics["accuracy"] / teacher_dev, 2) if teacher_dev else None,
         "agreement_with_teacher": float((np.asarray(fit.dev_preds) == t_dev).mean()),

@@ -145,7 +145,7 @@ def _meta(a, seed: int, domains: list[str], out: Path, student_domain: str | Non
     named = [d for d in a.domains if d in domains]
     files = [f for f in a.domain_files if f.partition("=")[0] in domains]
     return _done(out, a) or run_meta_distill(build_config(MetaDistillConfig, dict(
-        domains=named, domain_files=files, domain_dir=a.domain_dir, teacher=a.model, meta_teacher=meta_teacher,
+        domains=named, domain_files=files, domain_dir=a.domain_dir, teacher_model=a.model, meta_teacher=meta_teacher,
         student=a.student, student_domain=student_domain, max_per_domain=a.max_per_domain, max_length=a.max_length,
         teacher_epochs=a.teacher_epochs, teacher_lr=a.teacher_lr, epochs=a.epochs, lr=a.lr, batch_size=a.batch_size,
         eval_batch_size=a.eval_batch_size, seed=seed, output=str(out), overwrite=True), source="study"),
