@@ -3,6 +3,8 @@ the one data path; pretrain reads raw text from a list of strings or a text colu
 
 from __future__ import annotations
 
+import json
+
 import datasets
 import pandas as pd
 import pytest
@@ -26,7 +28,7 @@ def teacher(tmp_path_factory):
     return ptmlab.finetune("tiny", _frame(), text_col="review", label_col="stars", output=str(out), **FAST)
 
 
-def test_distill_a_frame_as_its_csv(teacher, tmp_path):
+def test_distill_a_frame_as_its_csv(teacher, tmp_path, capsys):
     frame = _frame()
     frame.to_csv(tmp_path / "reviews.csv", index=False)
     cols = dict(text_col="review", label_col="stars", student="layers:1", **FAST)
@@ -38,6 +40,12 @@ def test_distill_a_frame_as_its_csv(teacher, tmp_path):
     assert from_frame.config["task"] == "custom" and from_frame.config["train_file"] is None
     # distill ran twice: the subpackage its first call imported, bound to the verb's name, is still the verb
     assert callable(ptmlab.distill) and ptmlab.distill.pipeline.run_distill
+    # a run trained on data held in memory exports: its parity is checked on text it can read (with a note)
+    capsys.readouterr()
+    parity = json.loads((ptmlab.export(from_frame, str(tmp_path / "export")) / "parity.json").read_text())
+    assert parity["label_agreement"] == 1.0 and "trained on data held in memory" in capsys.readouterr().err
+    parity = json.loads((ptmlab.export(from_file, str(tmp_path / "export_file")) / "parity.json").read_text())
+    assert parity["examples"] == from_file.summary["eval_examples"]  # the csv run's own dev split
 
 
 def test_prune_evaluates_the_named_split_of_a_datasetdict(teacher, tmp_path):
