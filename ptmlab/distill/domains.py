@@ -98,8 +98,12 @@ def resolve_domains(names: list[str], files: list[str], data_dir: str | None = N
 
 
 def load_domains(named: list[tuple[str, Path]], text_col: str = "text", label_col: str = "label",
-                 max_per_domain: int | None = None) -> DomainData:
-    """Read, check and split every domain file. ``max_per_domain`` caps each domain's training split."""
+                 max_per_domain: int | None = None, fold: int | None = None, folds: int = 0) -> DomainData:
+    """Read, check and split every domain file. ``max_per_domain`` caps each domain's training split. With
+    ``folds`` K > 1, the test split is fold ``fold`` of K (of the same fixed shuffle: over K folds every row is
+    tested once), the dev split the first 10% of the other rows, the training split the rest."""
+    if folds > 1 and (fold is None or not 0 <= fold < folds):
+        raise PtmlabError(f"fold {fold} is not one of the {folds} folds (0..{folds - 1})")
     raw: list[tuple[str, Path, list[str], list[str]]] = []
     for name, path in named:
         if not path.is_file():
@@ -132,6 +136,10 @@ def load_domains(named: list[tuple[str, Path]], text_col: str = "text", label_co
         random.Random(SPLIT_SEED).shuffle(order)
         n_train, n_dev = int(SHARES[0] * len(order)), int(SHARES[1] * len(order))
         parts = {"train": order[:n_train], "dev": order[n_train:n_train + n_dev], "test": order[n_train + n_dev:]}
+        if folds > 1:
+            lo, hi = round(len(order) * fold / folds), round(len(order) * (fold + 1) / folds)
+            rest = order[:lo] + order[hi:]
+            parts = {"train": rest[n_dev:], "dev": rest[:n_dev], "test": order[lo:hi]}
         if max_per_domain:
             parts["train"] = parts["train"][:max_per_domain]
         splits = {s: Split([texts[i] for i in idx], None, [ids[labels[i]] for i in idx], list(idx))

@@ -26,11 +26,11 @@ hurts); inconclusive otherwise or with one seed (--budget small).
 Budgets: ``--budget small`` adapts the tiny model for 6 steps on one domain, one seed (inconclusive by
 construction); ``--budget full`` runs 3 seeds on the airline, books and electronics domains with minilm
 (``--model mpnet``, a 12-layer, 768-wide encoder of the paper's RoBERTa-base size, runs: checked on 2 MLM steps;
-the full study with it takes hours on a CPU). Roughly: ``full`` is 3 seeds x 3 domains x (300 masked-LM steps and
-two fine-tunings of about 100 steps), some 4,500 minilm steps: about 2.5 hours on 2 free CPU cores, 10 to 15
-minutes on one modern GPU (mpnet: about 5 times that). Each domain is tested on its fixed 10% (200 rows), so one
-test row is half a point of accuracy; testing on every one of a domain's 2,000 rows (five folds, one per seed) is
-what would narrow the interval further.
+the full study with it takes hours on a CPU). ``full`` tests on every row of each domain: five seeds, seed i on fold
+i of five (400 test rows each, 2,000 over the seeds; ``--folds``), instead of the fixed 10% (200 rows, one row half a
+point of accuracy) the default keeps. Roughly, ``full`` is 5 seeds x 3 domains x (300 masked-LM steps and two
+fine-tunings of about 90 steps), some 7,000 minilm steps: about 4 hours on 2 free CPU cores, 15 to 20 minutes on one
+modern GPU (mpnet: about 5 times that).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ CLAIM = Claim(
 CLAIMED, BASE = "adapted", "base"
 SMALL = dict(model="tiny", domains=["airline"], mlm_steps=6, mlm_batch_size=8, block_size=32, mlm_max_docs=200,
              eval_blocks=16, **SMALL_FINETUNE)
-FULL = dict(seeds=["0", "1", "2"], domains=["airline", "books", "electronics"])
+FULL = dict(seeds=["0", "1", "2", "3", "4"], folds=5, domains=["airline", "books", "electronics"])
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,8 @@ class DomainAdaptationArgs(StudyArgs):
     eval_blocks: int = opt(128, "held-out blocks for the continued pre-training eval loss")
     seeds: list[str] = opt(["0", "1"], "seeds (continued pre-training and fine-tuning)")
     max_train: int | None = opt(None, "labelled training examples per domain (default: all 1600)")
+    folds: int = opt(0, "test on fold i mod K of each domain's rows for the i-th seed (0: the fixed tenth kept for testing); "
+                        "K seeds with --folds K test every row once")
     max_eval: int | None = opt(None, "dev examples per domain (default: all)")
     max_length: int = opt(128, "max tokens of fine-tuning")
     epochs: float = opt(2.0, "fine-tuning epochs")
@@ -103,6 +105,8 @@ class DomainAdaptationArgs(StudyArgs):
         if not self.domains:
             raise PtmlabError("--domains is empty: name at least one domain (e.g. airline)")
         check_seeds(self.seeds)
+        if self.folds < 0 or self.folds == 1:
+            raise PtmlabError(f"--folds {self.folds}: give 0 (the fixed test part) or 2 or more")
         for name in ("mlm_steps", "mlm_batch_size"):
             if getattr(self, name) < 1:
                 raise PtmlabError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
@@ -117,8 +121,9 @@ class Target:
     data: dict  # task / train_file / dev_file / test_file for finetune_variant
 
 
-def targets(a: DomainAdaptationArgs, out: Path) -> list[Target]:
-    """Each domain's split files and training text (tweets: the built-in task), written under OUTPUT/data."""
+def targets(a: DomainAdaptationArgs, out: Path, fold: int | None = None) -> list[Target]:
+    """Each domain's split files and training text (tweets: the built-in task), written under OUTPUT/data (with
+    ``--folds``: OUTPUT/data-foldK, the test split fold K)."""
     from ptmlab.core.io import atomic_write_text
     from ptmlab.distill.domains import load_domains, resolve_domains, write_split_files
 
@@ -126,10 +131,10 @@ def targets(a: DomainAdaptationArgs, out: Path) -> list[Target]:
     names = [d for d in a.domains if d != "tweets"]
     if names and not base.is_dir() and not a.domain_dir:
         names = []  # no shared data: the built-in tweets alone
-    data_dir = out / "data"
+    data_dir = out / ("data" if fold is None else f"data-fold{fold}")
     result = []
     if names:
-        dd = load_domains(resolve_domains(names, [], str(base)))
+        dd = load_domains(resolve_domains(names, [], str(base)), fold=fold, folds=a.folds)
         files = write_split_files(dd, data_dir)
         for d in dd.domains:
             text = d.splits["train"].text[:a.mlm_max_docs or None]
@@ -175,11 +180,13 @@ def run(argv: list[str]) -> int:
     out = Path(a.output)
     per_seed = []
     seeds = check_seeds(a.seeds)
-    tgts = targets(a, out)
+    # with --folds K, seed i's test part is fold i mod K of every domain (K seeds test every row once)
+    by_seed = {seed: targets(a, out, i % a.folds if a.folds > 1 else None) for i, seed in enumerate(seeds)}
+    tgts = by_seed[seeds[0]]
     # two rounds: the baselines with the continued pre-training, then the fine-tunings that start from the latter
     first = {}
-    for t in tgts:
-        for seed in seeds:
+    for seed in seeds:
+        for t in by_seed[seed]:
             first[t.name, seed, BASE] = finetune_run(a, out / f"{t.name}-base-seed{seed}", seed=seed, test=True,
                                                      **t.data)
             mlm_dir = out / f"{t.name}-mlm-seed{seed}"
@@ -187,7 +194,7 @@ def run(argv: list[str]) -> int:
     first = run_grid(a, first)
     second = run_grid(a, {(t.name, seed): finetune_run(a, out / f"{t.name}-adapted-seed{seed}",
                                                        model=str(out / f"{t.name}-mlm-seed{seed}"), seed=seed,
-                                                       test=True, **t.data) for t in tgts for seed in seeds})
+                                                       test=True, **t.data) for seed in seeds for t in by_seed[seed]})
     for t in tgts:
         for seed in seeds:
             base, adapted = first[t.name, seed, BASE], second[t.name, seed]
