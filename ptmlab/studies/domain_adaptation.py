@@ -92,8 +92,8 @@ class DomainAdaptationArgs(StudyArgs):
     eval_blocks: int = opt(128, "held-out blocks for the continued pre-training eval loss")
     seeds: list[str] = opt(["0", "1"], "seeds (continued pre-training and fine-tuning)")
     max_train: int | None = opt(None, "labelled training examples per domain (default: all 1600)")
-    folds: int = opt(0, "test on fold i mod K of each domain's rows for the i-th seed (0: the fixed tenth kept for testing); "
-                        "K seeds with --folds K test every row once")
+    folds: int = opt(0, "test on fold i mod K of each domain's rows for the i-th seed (0: the fixed tenth kept "
+                        "for testing); K seeds with --folds K test every row once")
     max_eval: int | None = opt(None, "dev examples per domain (default: all)")
     max_length: int = opt(128, "max tokens of fine-tuning")
     epochs: float = opt(2.0, "fine-tuning epochs")
