@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
-import resource
 import shlex
 import subprocess
 import sys
@@ -121,22 +121,22 @@ def _tree_rss(root: int) -> int:
 
 def measure(argv: list[str], timeout: float, log: Path) -> dict:
     """Run ``ptmlab ARGV`` in its own process; peak memory, seconds, exit code."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.perf_counter()
     with open(log, "w", encoding="utf-8") as f:
         proc = subprocess.Popen([sys.executable, "-m", "ptmlab", *argv], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
         peak = 0
-        while proc.poll() is None:
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)  # this child's own ru_maxrss
+            if pid:
+                break
             peak = max(peak, _tree_rss(proc.pid))
             if time.perf_counter() - t0 > timeout:
                 proc.kill()
             time.sleep(0.1)
-    single = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # kB on Linux
+    proc.returncode = rc = os.waitstatus_to_exitcode(status)
     tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
-    return {"rc": proc.returncode, "seconds": round(time.perf_counter() - t0, 1),
-            "peak_rss_mib": round(peak / 2**20, 1),
-            "max_process_rss_mib": round(single / 2**20, 1) if single > before * 1024 else None,
-            "tail": tail if proc.returncode else []}
+    return {"rc": rc, "seconds": round(time.perf_counter() - t0, 1), "peak_rss_mib": round(peak / 2**20, 1),
+            "max_process_rss_mib": round(usage.ru_maxrss / 1024, 1), "tail": tail if rc else []}  # kB on Linux
 
 
 def _output_of(argv: list[str]) -> Path | None:

@@ -33,6 +33,7 @@ def test_memory_benchmark_measures_doc_commands_and_the_scaling_pair(tmp_path):
         c = rows[key]
         assert c["status"] == "ok" and c["train_examples"] == 48, c
         assert 100 < c["peak_rss_mib"] < 8192 and "--max-steps 2" in c["ran"]
+        assert 100 < c["max_process_rss_mib"] <= c["peak_rss_mib"] * 1.2  # the CLI's own high-water mark
     on, off = rows[("3", "on")]["ran"], rows[("3", "off")]["ran"]
     assert "--teacher tiny" in on and str(tmp_path / "scratch") in on and "--no-teacher-cache" in off
     assert rows[("5", None)]["status"] == "skipped: placeholder 'RUN'"
