@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ptmlab.core.errors import PtmlabError
+from ptmlab.data.shared import shared_data_dir
 
 FILES = {"de": "en-de.newstest.tsv.gz", "fr": "en-fr.newstest.tsv.gz"}
 HELD_OUT = ("news-test2008",)     # origins (the part after the last '/') kept for testing
@@ -22,8 +23,6 @@ PARTS = ("train", "test")
 
 
 def newstest_dir() -> Path:
-    from ptmlab.tokenization.corpora import shared_data_dir
-
     root = shared_data_dir()
     path = root / "parallel" / "newstest" if root else None
     if path is None or not path.is_dir():

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.registry import Registry
+from ptmlab.data.shared import shared_data_dir
 
 # ISO 639-2 (and a few 639-1) codes seen in file names, mapped to the 639-1 code used in reports.
 LANG_CODES = {
@@ -46,16 +46,6 @@ class TextSource:
 
 
 CORPORA: Registry[Callable[[list[str]], list[TextSource]]] = Registry("corpus")
-
-
-def shared_data_dir() -> Path | None:
-    """``$PTMLAB_DATA_DIR``, else ``../shared/data`` from the working directory or from the repository."""
-    candidates = [os.environ.get("PTMLAB_DATA_DIR"), "../shared/data",
-                  Path(__file__).resolve().parents[2] / ".." / "shared" / "data"]
-    for c in candidates:
-        if c and Path(c).is_dir():
-            return Path(c).resolve()
-    return None
 
 
 def lang_from_name(name: str) -> str | None:
