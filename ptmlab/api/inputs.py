@@ -71,9 +71,9 @@ def data_options(data: Any) -> tuple[dict, Any]:
 
 def training_data(data: Any, options: dict) -> tuple[dict, Any]:
     """``data_options`` for a verb that trains on a task (finetune, distill, prune, compress): data held in memory
-    is the task ``custom`` unless ``task=`` names it."""
+    or a data file is the task ``custom`` unless ``task=`` names it (not the default task)."""
     opts, source = data_options(data)
-    if source is not None and "task" not in options:
+    if (source is not None or "train_file" in opts) and "task" not in options:
         opts["task"] = "custom"
     return opts, source
 
