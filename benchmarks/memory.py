@@ -161,9 +161,10 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, default=20, help="step cap for verbs with --max-steps")
     p.add_argument("--model", help="swap the zoo models of the commands for this one (tests: tiny)")
     p.add_argument("--scaling", help="training sizes for the distill scaling runs, e.g. 4000,all")
-    p.add_argument("--scaling-args", default="--teacher runs/sst2 --student layers:3 --task sst2 "
-                   "--losses soft_ce,hidden_mse,attention_kl",
-                   help="the distill command of the scaling runs (without --max-train and --output)")
+    p.add_argument("--scaling-teacher", default="runs/sst2", help="teacher of the scaling runs")
+    p.add_argument("--scaling-student", default="layers:3", help="student of the scaling runs")
+    p.add_argument("--scaling-args", default="--task sst2 --losses soft_ce,hidden_mse,attention_kl",
+                   help="the rest of the scaling runs' distill command (without --max-train and --output)")
     p.add_argument("--scaling-cache", default="on,off", help="teacher cache settings of the scaling runs")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per command")
     p.add_argument("--scratch", help="folder for the runs (default: a temporary folder)")
@@ -205,7 +206,8 @@ def main() -> None:
 
     scaling = []
     if a.scaling:
-        if "runs/sst2" in a.scaling_args and "runs/sst2" not in made:
+        words = ["--teacher", a.scaling_teacher, "--student", a.scaling_student, *shlex.split(a.scaling_args)]
+        if a.scaling_teacher == "runs/sst2" and "runs/sst2" not in made and not (scratch / "runs/sst2").is_dir():
             print("scaling runs need runs/sst2 (the README's finetune command): run with finetune in --verbs")
         else:
             for size in a.scaling.split(","):
@@ -213,7 +215,7 @@ def main() -> None:
                 for cache in a.scaling_cache.split(","):
                     out = scratch / f"scaling-{size}-{cache}"
                     args = ["distill", *[RUNS.sub(lambda m: str(scratch / m.group(0)), w)
-                                         for w in shlex.split(a.scaling_args)], *extra, "--max-steps",
+                                         for w in words], *extra, "--max-steps",
                             str(a.max_steps), "--output", str(out), "--overwrite"]
                     args += ["--no-teacher-cache"] if cache == "off" else []
                     if a.model:

@@ -21,8 +21,9 @@ def test_memory_benchmark_measures_doc_commands_and_the_scaling_pair(tmp_path):
                    "    ptmlab evaluate runs/s --task synthetic\n")
     out = tmp_path / "memory.json"
     proc = subprocess.run([sys.executable, "benchmarks/memory.py", "--docs", str(doc), "--model", "tiny",
-                           "--max-steps", "2", "--scaling", "16,all", "--scaling-cache", "on", "--scaling-args",
-                           f"--teacher minilm --student layers:1 --losses soft_ce,hidden_mse,attention_kl {data}",
+                           "--max-steps", "2", "--scaling", "16,all", "--scaling-cache", "on", "--scaling-teacher",
+                           "minilm", "--scaling-student", "layers:1", "--scaling-args",
+                           f"--losses soft_ce,hidden_mse,attention_kl {data}",
                            "--scratch", str(tmp_path / "scratch"), "--output", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
