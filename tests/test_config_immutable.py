@@ -84,3 +84,26 @@ def test_every_option_dataclass_is_frozen():
                 seen.append(obj)
                 assert obj.__dataclass_params__.frozen, f"{obj.__module__}.{obj.__name__} is not frozen"
     assert len(seen) > 10
+
+
+def test_every_option_dataclass_checks_itself_when_it_is_made():
+    """A config with checks runs them however it is made (flags, YAML, the Python API, a direct constructor call),
+    so no path skips validation: every option class with ``validate`` is a ``Validated``."""
+    import importlib
+
+    from ptmlab.cli import COMMAND_MODULES
+    from ptmlab.core.config import Validated
+    from ptmlab.core.errors import PtmlabError
+    from ptmlab.serve.config import ServeConfig
+    from ptmlab.studies import STUDY_MODULES
+
+    unchecked = set()
+    for name in COMMAND_MODULES + STUDY_MODULES:
+        for obj in vars(importlib.import_module(name)).values():
+            if dataclasses.is_dataclass(obj) and isinstance(obj, type) and hasattr(obj, "validate") and any(
+                    f.metadata.get("help") is not None for f in dataclasses.fields(obj)):
+                if not issubclass(obj, Validated):
+                    unchecked.add(f"{obj.__module__}.{obj.__name__}")
+    assert not unchecked, sorted(unchecked)
+    with pytest.raises(PtmlabError, match="--max-wait-ms must be at most"):
+        ServeConfig(max_wait_ms=1e13)  # built directly, not through build_config

@@ -22,7 +22,7 @@ from ptmlab.clean.filters import lines_dropped
 from ptmlab.clean.reader import input_files, read_documents
 from ptmlab.clean.rules import Rule, build_rules, describe_params, parse_overrides, select_rules
 from ptmlab.clean.text import count_lines
-from ptmlab.core.config import opt
+from ptmlab.core.config import Validated, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.io import atomic_write_json
 from ptmlab.core.progress import progress
@@ -32,7 +32,7 @@ EXAMPLES_PER_RULE = 5
 
 
 @dataclass(frozen=True)
-class CleanConfig:
+class CleanConfig(Validated):
     inputs: list[str] = opt([], "input .jsonl/.txt files or folders (optionally .gz)", cli=False)
     output: str = opt("", "output folder for clean.jsonl, removed.jsonl, stats.json, report.html", cli=False)
     rules: list[str] = opt([], "rules to run (default: all, in pipeline order)")

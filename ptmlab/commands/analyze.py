@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from ptmlab.core.config import add_config_args, config_to_dict, opt, resolve_config
+from ptmlab.core.config import Validated, add_config_args, config_to_dict, opt, resolve_config
 from ptmlab.core.errors import PtmlabError
 from ptmlab.train.args import DataArgs
 
@@ -39,7 +39,7 @@ class AnalyzeConfig(DataArgs):
 
 
 @dataclass(frozen=True)
-class AnomalyConfig:
+class AnomalyConfig(Validated):
     OPTION_GROUP = "analysis"
 
     model: str = opt("minilm", "zoo name, model or run directory", cli=False)  # the positional MODEL

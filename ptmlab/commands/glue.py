@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import add_config_args, opt, resolve_config
+from ptmlab.core.config import Validated, add_config_args, opt, resolve_config
 from ptmlab.core.errors import PtmlabError
 from ptmlab.data.tasks import GLUE_TASKS, TASKS
 
@@ -19,7 +19,7 @@ SUBMISSION_NAMES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "ST
 
 
 @dataclass(frozen=True)
-class GlueConfig:
+class GlueConfig(Validated):
     model: str = opt("minilm", "model to fine-tune")
     glue_dir: str | None = opt(None, "GLUE directory (default ../shared/data/glue when present)")
     only: list[str] = opt(list(GLUE_TASKS), "GLUE tasks to run, each fine-tuned separately into its own run",

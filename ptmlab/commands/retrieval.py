@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from ptmlab.core.config import add_config_args, opt, resolve_config
+from ptmlab.core.config import Validated, add_config_args, opt, resolve_config
 from ptmlab.core.errors import PtmlabError
 
 
 @dataclass(frozen=True)
-class RetrievalConfig:
+class RetrievalConfig(Validated):
     pairs: list[str] = opt([], "parallel files, flat: SRC1 TGT1 ... (CLI: --pairs SRC TGT, repeatable)", cli=False)
     max_pairs: int | None = opt(None, "use the first N pairs of each set")
     max_length: int = opt(128, "truncate sentences to this many tokens")

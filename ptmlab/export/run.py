@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import Validated, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.io import atomic_write_json
 
@@ -22,7 +22,7 @@ FORMATS = ("transformers", "onnx", "onnx-int8", "torch-int8")
 
 
 @dataclass(frozen=True)
-class ExportConfig:
+class ExportConfig(Validated):
     model: str = opt("", "run directory or zoo model to export")
     format: str = opt("transformers", "transformers, onnx, onnx-int8 or torch-int8", choices=list(FORMATS))
     output: str | None = opt(None, "directory to write the export into (must not exist, unless --overwrite)")

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import Validated, opt
 from ptmlab.core.errors import PtmlabError
 
 
 @dataclass(frozen=True)
-class LongifyConfig:
+class LongifyConfig(Validated):
     model: str = opt("minilm", "zoo name, model directory or run directory to convert")
     max_length: int = opt(4096, "longest input in tokens after conversion")
     window: int = opt(256, "attention window, total width (half on each side); odd values are rounded up")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import Validated, opt
 from ptmlab.core.errors import PtmlabError
 
 _SIZE = re.compile(r"^(\d+)x(\d+)(?:x(\d+))?$")
@@ -50,7 +50,7 @@ def parse_budget(text: str) -> float:
 
 
 @dataclass(frozen=True)
-class ScaleConfig:
+class ScaleConfig(Validated):
     OPTION_GROUP = "sweep"
     FIELD_GROUPS = {**dict.fromkeys(("files", "valid_files", "valid_fraction", "doc_sep", "tokenizer", "block_size"),
                                     "data"),

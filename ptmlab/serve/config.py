@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import Validated, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.serve.policy import parse_policy
 
@@ -28,7 +28,7 @@ def is_loopback(host: str) -> bool:
 
 
 @dataclass
-class ServeConfig:
+class ServeConfig(Validated):
     OPTION_GROUP = "server"
     FIELD_GROUPS = {**dict.fromkeys(("output_policy", "watermark_rate", "detector", "detector_action",
                                      "detector_threshold", "detector_min_queries", "public_metrics"),

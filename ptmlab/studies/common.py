@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import add_config_args, build_config, load_yaml, opt
+from ptmlab.core.config import Validated, add_config_args, build_config, load_yaml, opt
 from ptmlab.core.io import atomic_write_json
 from ptmlab.report.html import Report
 from ptmlab.report.table import print_table
@@ -24,7 +24,7 @@ FULL_FINETUNE = dict(seeds=["0", "1", "2"], max_eval=0)
 
 
 @dataclass(frozen=True)
-class StudyBase:
+class StudyBase(Validated):
     """Options of every study: where it writes, whether finished parts are redone, and its budget."""
 
     budget: str = opt("default", "small: minutes on the tiny model and small subsets (tests, CI); default: the "
