@@ -70,6 +70,11 @@ def flags_of(verb: str) -> set[str]:
     return set(sub.choices[verb]._option_string_actions)
 
 
+def shown(args: list[str], scratch: Path) -> str:
+    """The command as the result records it: the scratch folder written as SCRATCH, so no machine path is kept."""
+    return " ".join(args).replace(str(scratch), "SCRATCH")
+
+
 def prepare(command: str, scratch: Path, made: set[str], max_steps: int, model: str | None,
             flags: dict[str, set[str]]) -> tuple[list[str] | None, str]:
     """The argv to run (or None) and why not: outputs moved to ``scratch``, steps capped, zoo models swapped."""
@@ -195,7 +200,7 @@ def main() -> None:
             if cache == "off" and out is not None:
                 args = [*args[:args.index("--output") + 1], str(out) + "-nocache", *args[args.index("--output") + 2:]]
             r = measure(args, a.timeout, scratch / f"log-{len(rows)}.txt")
-            rec = {**row, "teacher_cache": cache if verb in DISTILS else None, "ran": " ".join(args),
+            rec = {**row, "teacher_cache": cache if verb in DISTILS else None, "ran": shown(args, scratch),
                    "status": "ok" if r["rc"] == 0 else f"failed (exit {r['rc']})", **r,
                    "train_examples": _examples(_output_of(args))}
             rows.append(rec)
@@ -222,7 +227,7 @@ def main() -> None:
                         args = [a.model if prev in ("--teacher", "--student") and w in ZOO else w
                                 for prev, w in zip([None, *args], args, strict=False)]
                     r = measure(args, a.timeout, scratch / f"log-scaling-{size}-{cache}.txt")
-                    rec = {"size": size, "teacher_cache": cache, "ran": " ".join(args), **r,
+                    rec = {"size": size, "teacher_cache": cache, "ran": shown(args, scratch), **r,
                            "train_examples": _examples(out)}
                     scaling.append(rec)
                     print(f"scaling {size} [{cache}]: peak {r['peak_rss_mib']:.0f} MiB, {rec['train_examples']} "
