@@ -46,22 +46,30 @@ def shard(batch: list[int], rank: int, world: int) -> list[int]:
     return batch[lo:hi]
 
 
+def pad_rows(rows: list[list[int]], pad_value: int, width: int | None = None) -> torch.Tensor:
+    """Rows of ids as one [n, width] long tensor, right-padded with ``pad_value`` (width: the longest row)."""
+    width = width or max(len(r) for r in rows)
+    out = torch.full((len(rows), width), pad_value, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    return out
+
+
+def padded_ids(rows: list[list[int]], pad_id: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``input_ids`` and ``attention_mask`` of a batch of token id rows, right-padded to ``width``."""
+    ids = pad_rows(rows, pad_id, width)
+    mask = pad_rows([[1] * len(r) for r in rows], 0, ids.shape[1])
+    return ids, mask
+
+
 def collate(enc: Encoded, idx: list[int], pad_id: int, regression: bool = False, pad_to: int = 1) -> dict:
     """Pad a batch to its longest example (rounded up to a multiple of ``pad_to``; 1 on CPUs, where any extra
     position is wasted work)."""
     longest = max(len(enc.input_ids[i]) for i in idx)
     if pad_to > 1:
         longest = ((longest + pad_to - 1) // pad_to) * pad_to
-    n = len(idx)
-    ids = torch.full((n, longest), pad_id, dtype=torch.long)
-    mask = torch.zeros((n, longest), dtype=torch.long)
-    tt = torch.zeros((n, longest), dtype=torch.long) if enc.token_type_ids is not None else None
-    for row, i in enumerate(idx):
-        seq = enc.input_ids[i]
-        ids[row, : len(seq)] = torch.tensor(seq)
-        mask[row, : len(seq)] = 1
-        if tt is not None:
-            tt[row, : len(seq)] = torch.tensor(enc.token_type_ids[i])
+    ids, mask = padded_ids([enc.input_ids[i] for i in idx], pad_id, longest)
+    tt = pad_rows([enc.token_type_ids[i] for i in idx], 0, longest) if enc.token_type_ids is not None else None
     batch = {"input_ids": ids, "attention_mask": mask, "index": torch.tensor(idx)}
     if tt is not None:
         batch["token_type_ids"] = tt

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ptmlab.core.errors import PtmlabError
+from ptmlab.data.batching import pad_rows, padded_ids
 
 
 @dataclass
@@ -209,17 +210,9 @@ class QAFeatures:
         return [len(x) for x in self.input_ids]
 
     def make_batch(self, indices: list[int], epoch: int = 0) -> dict:
-        longest = max(len(self.input_ids[i]) for i in indices)
-        n = len(indices)
-        ids = torch.full((n, longest), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((n, longest), dtype=torch.long)
-        tt = torch.zeros((n, longest), dtype=torch.long)
-        for row, i in enumerate(indices):
-            seq = self.input_ids[i]
-            ids[row, :len(seq)] = torch.tensor(seq)
-            mask[row, :len(seq)] = 1
-            if self.token_type_ids is not None:
-                tt[row, :len(seq)] = torch.tensor(self.token_type_ids[i])
+        ids, mask = padded_ids([self.input_ids[i] for i in indices], self.pad_id)
+        tt = (pad_rows([self.token_type_ids[i] for i in indices], 0, ids.shape[1]) if self.token_type_ids is not None
+              else torch.zeros_like(ids))
         batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": tt, "index": torch.tensor(indices)}
         if self.start_positions is not None:
             batch["start_positions"] = torch.tensor([self.start_positions[i] for i in indices])

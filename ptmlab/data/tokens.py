@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from ptmlab.core.errors import PtmlabError
+from ptmlab.data.batching import pad_rows, padded_ids
 
 IGNORE = -100  # label of sub-tokens the loss skips (PyTorch's cross-entropy ignore_index)
 TAG_SCHEMES = ("auto", "iob1", "iob2", "bioes")
@@ -318,17 +319,8 @@ class TokenFeatures:
         return [len(x) for x in self.input_ids]
 
     def make_batch(self, indices: list[int], epoch: int = 0) -> dict:
-        longest = max(len(self.input_ids[i]) for i in indices)
-        n = len(indices)
-        ids = torch.full((n, longest), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((n, longest), dtype=torch.long)
-        labels = torch.full((n, longest), IGNORE, dtype=torch.long) if self.labels is not None else None
-        for row, i in enumerate(indices):
-            seq = self.input_ids[i]
-            ids[row, :len(seq)] = torch.tensor(seq)
-            mask[row, :len(seq)] = 1
-            if labels is not None:
-                labels[row, :len(seq)] = torch.tensor(self.labels[i])
+        ids, mask = padded_ids([self.input_ids[i] for i in indices], self.pad_id)
+        labels = pad_rows([self.labels[i] for i in indices], IGNORE, ids.shape[1]) if self.labels is not None else None
         batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
                  "index": torch.tensor(indices)}
         if labels is not None:
