@@ -211,3 +211,17 @@ def test_tables_of_mixed_rows_show_every_rows_columns(tmp_path, capsys):
     Report("t").table(rows).write(tmp_path / "r.html")
     page = (tmp_path / "r.html").read_text()
     assert "<th>tfidf_lr</th>" in page and "0.7731" in page
+
+
+def test_studies_are_listed_in_one_order_whatever_was_imported_first():
+    """``ptmlab study --help`` and docs/cli.md list the studies in STUDY_MODULES' order even when a later study
+    module was imported before the registry was loaded (the CLI reference test runs after other tests did)."""
+    import subprocess
+    import sys
+
+    code = ("import ptmlab.studies.attention_explanation, ptmlab.studies.ablation\n"
+            "from ptmlab.studies import load_all\nprint(','.join(load_all().names()))")
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    plain = subprocess.run([sys.executable, "-c", code.split("\n", 1)[1]], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    assert first == plain and first.split(",")[0] == "unfreezing" and len(first.split(",")) > 20

@@ -43,6 +43,11 @@ class Registry(Generic[T]):
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)
 
+    def reorder(self, key: Callable[[str, T], Any]) -> None:
+        """Sort the entries (stably) by ``key(name, obj)``: a listing that must not depend on import order."""
+        order = sorted(self._items, key=lambda n: key(n, self._items[n]))
+        self._items = {n: self._items[n] for n in order}
+
     def names(self) -> list[str]:
         return list(self._items)
 

@@ -31,4 +31,7 @@ def load_all() -> Registry:
 
     for name in STUDY_MODULES:
         importlib.import_module(name)
+    # listed in STUDY_MODULES' order, whichever study module an earlier import happened to load first
+    rank = {name: i for i, name in enumerate(STUDY_MODULES)}
+    STUDIES.reorder(lambda name, run: rank.get(getattr(run, "__module__", ""), len(rank)))
     return STUDIES
