@@ -25,6 +25,7 @@ import torch
 
 from ptmlab.core.errors import PtmlabError
 from ptmlab.data.batching import pad_rows, padded_ids
+from ptmlab.data.shared import shared_subdir
 
 
 @dataclass
@@ -358,14 +359,7 @@ SQUAD_FILES = {"train": "train-v1.1.reconstructed.json.gz", "dev": "dev-v1.1.rec
 
 def squad_dir() -> Path | None:
     """The shared SQuAD v1.1 copy (PTMLAB_SQUAD_DIR, else ../shared/data/qa/squad-v1.1), or None."""
-    import os
-
-    env = os.environ.get("PTMLAB_SQUAD_DIR")
-    here = Path(__file__).resolve().parents[3] / "shared" / "data" / "qa" / "squad-v1.1"
-    for cand in ([Path(env)] if env else []) + [Path.cwd().parent / "shared/data/qa/squad-v1.1", here]:
-        if (cand / SQUAD_FILES["dev"]).is_file():
-            return cand
-    return None
+    return shared_subdir("qa/squad-v1.1", SQUAD_FILES["dev"], env="PTMLAB_SQUAD_DIR")
 
 
 def load_qa_task(name: str, sources: dict):

@@ -15,3 +15,16 @@ def shared_data_dir() -> Path | None:
         if c and Path(c).is_dir():
             return Path(c).resolve()
     return None
+
+
+def shared_subdir(rel: str, probe: str, env: str | None = None) -> Path | None:
+    """A folder of the shared data (``$env`` when set, else ``rel`` below the shared data folder) that holds the file
+    ``probe``, or None."""
+    candidates = [Path(os.environ[env])] if env and os.environ.get(env) else []
+    root = shared_data_dir()
+    if root is not None:
+        candidates.append(root / rel)
+    for c in candidates:
+        if (c / probe).is_file():
+            return c
+    return None

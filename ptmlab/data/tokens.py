@@ -23,6 +23,7 @@ import torch
 
 from ptmlab.core.errors import PtmlabError
 from ptmlab.data.batching import pad_rows, padded_ids
+from ptmlab.data.shared import shared_subdir
 
 IGNORE = -100  # label of sub-tokens the loss skips (PyTorch's cross-entropy ignore_index)
 TAG_SCHEMES = ("auto", "iob1", "iob2", "bioes")
@@ -396,14 +397,7 @@ CONLL2003_FILES = {"train": "eng.train.gz", "dev": "eng.testa.gz", "test": "eng.
 
 def conll2003_dir() -> Path | None:
     """The shared CoNLL-2003 copy (PTMLAB_CONLL2003_DIR, else ../shared/data/ner/conll2003), or None."""
-    import os
-
-    env = os.environ.get("PTMLAB_CONLL2003_DIR")
-    here = Path(__file__).resolve().parents[3] / "shared" / "data" / "ner" / "conll2003"
-    for cand in ([Path(env)] if env else []) + [Path.cwd().parent / "shared/data/ner/conll2003", here]:
-        if (cand / CONLL2003_FILES["train"]).is_file():
-            return cand
-    return None
+    return shared_subdir("ner/conll2003", CONLL2003_FILES["train"], env="PTMLAB_CONLL2003_DIR")
 
 
 def load_token_task(name: str, sources: dict, text_col=None, label_col=None, labels: tuple[str, ...] | None = None,
