@@ -99,6 +99,8 @@ def prepare(command: str, scratch: Path, made: set[str], max_steps: int, model: 
         prev = w
     if "--overwrite" in flags[verb] and "--overwrite" not in argv:
         argv.append("--overwrite")  # a scratch folder used before
+    if max_steps <= 0:
+        return argv, ""  # uncapped: the command as written
     if "--max-steps" in flags[verb] and "--max-steps" not in argv:
         argv += ["--max-steps", str(max_steps)]
     if verb == "meta-distill" and "--teacher-epochs" not in argv:
@@ -163,7 +165,7 @@ def main() -> None:
     p.add_argument("--cache-sides", default="on,off", help="teacher cache settings of the distillation commands")
     p.add_argument("--append", action="store_true",
                    help="keep the other records of an existing result file (a rerun replaces its own)")
-    p.add_argument("--max-steps", type=int, default=20, help="step cap for verbs with --max-steps")
+    p.add_argument("--max-steps", type=int, default=20, help="step cap for verbs with --max-steps (0: none, the commands run to their end)")
     p.add_argument("--model", help="swap the zoo models of the commands for this one (tests: tiny)")
     p.add_argument("--scaling", help="training sizes for the distill scaling runs, e.g. 4000,all")
     p.add_argument("--scaling-teacher", default="runs/sst2", help="teacher of the scaling runs")
