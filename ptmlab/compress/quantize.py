@@ -93,8 +93,20 @@ def kbit_weights(model: nn.Module, bits: int, keep_fp32: list[str] | None = None
 
 
 # ----------------------------------------------------------------------------------------------------- ONNX
+def onnx_outputs(model: nn.Module) -> dict[str, dict[int, str]]:
+    """The ONNX outputs of a model's task head with their dynamic axes: ``logits`` per text (sequence
+    classification) or per token (token classification), ``start_logits`` and ``end_logits`` (extractive QA)."""
+    head = type(model).__name__
+    if head.endswith("ForQuestionAnswering"):
+        return {"start_logits": {0: "batch", 1: "tokens"}, "end_logits": {0: "batch", 1: "tokens"}}
+    if head.endswith("ForTokenClassification"):
+        return {"logits": {0: "batch", 1: "tokens"}}
+    return {"logits": {0: "batch"}}
+
+
 def export_onnx(model: nn.Module, path: str | Path, opset: int = 17) -> Path:
-    """Export a sequence-classification model to ONNX with dynamic batch and length axes."""
+    """Export a sequence-classification, token-classification or QA model to ONNX with dynamic batch and length
+    axes (outputs: ``onnx_outputs``)."""
     if is_quantized(model):
         raise PtmlabError("the model is already quantized: export the fp32 model and quantize the ONNX file")
     from ptmlab.models.loader import model_inputs
@@ -105,15 +117,16 @@ def export_onnx(model: nn.Module, path: str | Path, opset: int = 17) -> Path:
              "token_type_ids": torch.zeros(2, 8, dtype=torch.long)}
     inputs = model_inputs(model, dummy)
     names = list(inputs)
-    wrapper = _PositionalLogits(model, names).eval()
+    outputs = onnx_outputs(model)
+    wrapper = _PositionalLogits(model, names, list(outputs)).eval()
     tmp = path.with_name(f".{path.name}.tmp")
     import warnings
 
     try:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            torch.onnx.export(wrapper, tuple(inputs.values()), str(tmp), input_names=names, output_names=["logits"],
-                              dynamic_axes={**{n: {0: "batch", 1: "tokens"} for n in names}, "logits": {0: "batch"}},
+            torch.onnx.export(wrapper, tuple(inputs.values()), str(tmp), input_names=names, output_names=list(outputs),
+                              dynamic_axes={**{n: {0: "batch", 1: "tokens"} for n in names}, **outputs},
                               opset_version=opset, dynamo=False)
     except Exception as e:
         tmp.unlink(missing_ok=True)
@@ -124,12 +137,13 @@ def export_onnx(model: nn.Module, path: str | Path, opset: int = 17) -> Path:
 
 
 class _PositionalLogits(nn.Module):
-    def __init__(self, model: nn.Module, names: list[str]):
+    def __init__(self, model: nn.Module, names: list[str], outputs: tuple[str, ...] = ("logits",)):
         super().__init__()
-        self.model, self.names = model, names
+        self.model, self.names, self.outputs = model, names, tuple(outputs)
 
     def forward(self, *args):
-        return self.model(**dict(zip(self.names, args, strict=True))).logits
+        out = self.model(**dict(zip(self.names, args, strict=True)))
+        return tuple(getattr(out, n) for n in self.outputs) if len(self.outputs) > 1 else out.logits
 
 
 def onnx_int8(src: str | Path, dst: str | Path) -> Path:
@@ -161,13 +175,15 @@ class OrtModel(nn.Module):
         opts.inter_op_num_threads = 1
         self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
         self.config = config
         self._anchor = nn.Parameter(torch.zeros(0), requires_grad=False)  # gives a device to callers
 
     def forward(self, **inputs):
         ids = inputs["input_ids"]
         feed = {n: (inputs[n] if n in inputs else torch.zeros_like(ids)).cpu().numpy() for n in self.input_names}
-        return SimpleNamespace(logits=torch.from_numpy(self.session.run(["logits"], feed)[0]))
+        res = self.session.run(self.output_names, feed)
+        return SimpleNamespace(**{n: torch.from_numpy(r) for n, r in zip(self.output_names, res, strict=True)})
 
 
 # ----------------------------------------------------------------------------------------------------- command
