@@ -267,3 +267,108 @@ def test_an_investigation_writes_its_default_result_under_investigations(tmp_pat
     proc = subprocess.run([sys.executable, "benchmarks/investigations/first_token.py", "--help"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0 and "--shapes" in proc.stdout, proc.stderr[-2000:]
+
+
+def _synthetic_ner_and_qa(folder) -> tuple:
+    """Small CoNLL-2003 and SQuAD v1.1 look-alikes (the built-in tasks read them through PTMLAB_CONLL2003_DIR and
+    PTMLAB_SQUAD_DIR): a few sentences tagged with every CoNLL-2003 tag, and questions over contexts long enough
+    for several 192-token windows."""
+    import gzip
+    import random
+
+    rng = random.Random(0)
+    ner, qa = folder / "conll2003", folder / "squad"
+    ner.mkdir()
+    qa.mkdir()
+    names = {"PER": ["Peter Blackburn", "Anna Schmidt"], "LOC": ["Bonn", "New York"], "ORG": ["EU", "Acme Corp"],
+             "MISC": ["German", "British"]}
+    filler = "the council said on Monday that it would consider rejects call boycott lamb".split()
+    for n_sent, name in ((40, "eng.train.gz"), (12, "eng.testa.gz"), (12, "eng.testb.gz")):
+        lines = ["-DOCSTART- -X- O O", ""]
+        for _ in range(n_sent):
+            for _ in range(rng.randint(1, 3)):
+                lines += [f"{w} NN O O" for w in rng.sample(filler, 3)]
+                kind = rng.choice(sorted(names))
+                lines += [f"{w} NNP I-NP {'B' if i == 0 else 'I'}-{kind}"
+                          for i, w in enumerate(rng.choice(names[kind]).split())]
+            lines.append("")
+        with gzip.open(ner / name, "wt") as f:
+            f.write("\n".join(lines) + "\n")
+    for n_q, name in ((16, "train-v1.1.reconstructed.json.gz"), (8, "dev-v1.1.reconstructed.json.gz")):
+        paragraphs = []
+        for p in range(n_q // 2):
+            words = [rng.choice(filler) for _ in range(rng.choice([20, 300]))]  # some contexts need several windows
+            at = rng.randrange(len(words))
+            words[at] = f"Bonn{p}"
+            context = " ".join(words)
+            start = context.index(f"Bonn{p}")
+            qas = [{"id": f"{name[:3]}{p}-{k}", "question": f"Where did the council meet {k}?",
+                    "answers": [{"text": f"Bonn{p}", "answer_start": start}]} for k in range(2)]
+            paragraphs.append({"context": context, "qas": qas})
+        with gzip.open(qa / name, "wt") as f:
+            json.dump({"data": [{"title": "synthetic", "paragraphs": paragraphs}]}, f)
+    return ner, qa
+
+
+def _ner_qa_module():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import ner_qa
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return ner_qa
+
+
+def test_ner_qa_trainer_features_are_the_rows_ptmlab_trains_on(tmp_path, monkeypatch):
+    """The Trainer side's own feature preparation (first sub-token labels; QA windows with a 128-token stride and
+    answer spans) gives the same token ids and labels as ptmlab's data layer, so only the training differs."""
+    from ptmlab.data.loaders import load_task
+    from ptmlab.data.qa import qa_features
+    from ptmlab.data.tokens import encode_tokens
+    from ptmlab.models.zoo import load_tokenizer
+
+    ner_dir, qa_dir = _synthetic_ner_and_qa(tmp_path)
+    monkeypatch.setenv("PTMLAB_CONLL2003_DIR", str(ner_dir))
+    monkeypatch.setenv("PTMLAB_SQUAD_DIR", str(qa_dir))
+    bench = _ner_qa_module()
+    tok = load_tokenizer("tiny")
+    train = load_task("conll2003").splits["train"]
+    ours, theirs = encode_tokens(tok, train, 12), bench.trainer_token_features(tok, train, 12)
+    assert theirs["input_ids"] == ours.input_ids and theirs["labels"] == ours.labels
+    assert any(len(w) > 12 for w in train.tokens)  # truncation was exercised
+    train = load_task("squad").splits["train"]
+    ours, theirs = qa_features(tok, train, 192, 128, train=True), bench.trainer_qa_features(tok, train, 192)
+    assert theirs["input_ids"] == ours.input_ids and theirs["token_type_ids"] == ours.token_type_ids
+    assert theirs["start_positions"] == ours.start_positions and theirs["end_positions"] == ours.end_positions
+    assert len(ours.input_ids) > len(train) and 0 in ours.start_positions  # several windows, some without answer
+    assert bench.per_task("ner=all,qa=8000", ["ner", "qa"], "--max-train") == {"ner": None, "qa": 8000}
+    assert bench.per_task("64", ["ner", "qa"], "--max-eval") == {"ner": 64, "qa": 64}
+
+
+def test_ner_qa_benchmark_compares_ptmlab_and_the_trainer_and_distils(tmp_path, monkeypatch):
+    """Both tasks, both sides and the 3-layer student on tiny: scores in [0, 1], the same rows on both sides, the
+    ratio computed from the recorded training times."""
+    ner_dir, qa_dir = _synthetic_ner_and_qa(tmp_path)
+    monkeypatch.setenv("PTMLAB_CONLL2003_DIR", str(ner_dir))
+    monkeypatch.setenv("PTMLAB_SQUAD_DIR", str(qa_dir))
+    proc, res = _run_on_tiny("ner_qa.py", tmp_path / "ner_qa.json", "--tasks", "ner,qa", "--max-train",
+                             "ner=32,qa=12", "--max-eval", "8", "--max-length", "ner=32,qa=192", "--batch-size", "8",
+                             "--precision", "fp32", "--student", "layers:1")
+    assert set(res["tasks"]) == {"ner", "qa"} and res["precision_all_sides"] == "fp32"
+    for kind, main in (("ner", "entity_f1"), ("qa", "f1")):
+        r = res["tasks"][kind]
+        assert r["main_metric"] == main and set(r["sides"]) == {"ptmlab", "trainer"} and r["eval_examples"] == 8
+        runs = {name: s["runs"][0] for name, s in r["sides"].items()}
+        assert runs["ptmlab"]["examples"] == runs["trainer"]["examples"] >= r["train_rows"]
+        for run in runs.values():
+            assert run["examples_per_second"] == pytest.approx(run["examples"] / run["train_seconds"], rel=0.01)
+            assert all(0.0 <= v <= 1.0 for v in run["metrics"].values()) and run["score"] == run["metrics"][main]
+        assert r["speedup_vs_trainer"] == pytest.approx(
+            runs["ptmlab"]["examples_per_second"] / runs["trainer"]["examples_per_second"], rel=0.01)
+        d = r["distilled"]
+        assert 0.0 <= d["score"] <= 1.0 and d["speedup_b32"] > 0 and d["params"] < d["teacher_params"]
+        assert d["teacher_score"] == runs["ptmlab"]["score"]
+        if d["teacher_score"]:
+            assert d["retained_pct"] == pytest.approx(100 * d["score"] / d["teacher_score"], abs=0.01)
+    assert res["tasks"]["qa"]["train_rows"] == 12 and res["tasks"]["qa"]["sides"]["ptmlab"]["runs"][0]["examples"] > 12
+    assert "speedup" not in proc.stdout or "x the Trainer" in proc.stdout
