@@ -83,6 +83,36 @@ def test_every_objective_runs_and_writes_its_metrics(objective, corpus, tmp_path
     assert (tmp_path / objective / "model.safetensors").is_file()
 
 
+def test_run_records_the_unigram_cross_entropy_of_its_held_out_blocks(corpus, tmp_path):
+    """Every pre-training records the loss a frequency-only model gets on the blocks its eval loss reads (the
+    training split's token counts, add-one smoothed, special tokens and separators left out), recomputed here by
+    hand from the prepared data; the studies compare each run's eval loss with it."""
+    from collections import Counter
+
+    from ptmlab.pretrain.corpus import token_counts, unigram_cross_entropy
+    from ptmlab.pretrain.run import prepare, run_pretrain
+
+    cfg = _cfg(corpus, tmp_path / "u", objective="mlm", max_steps=1, eval_blocks=5)
+    s = run_pretrain(cfg)
+    p = prepare(cfg)
+    special = set(p.tokenizer.all_special_ids) | {p.objective.separator()}
+    train = Counter(int(t) for i in range(p.train.blocks.corpus.n_docs) for t in p.train.blocks.corpus.document(i)
+                    if int(t) not in special)
+    held = [int(t) for i in range(5) for t in p.valid.blocks[i] if int(t) not in special]
+    total = sum(train.values()) + len(p.tokenizer)
+    expected = sum(-math.log((train[t] + 1) / total) for t in held) / len(held)
+    assert s["corpus"]["unigram_entropy"] == pytest.approx(expected, abs=1e-5)
+    assert 0 < expected < math.log(len(p.tokenizer))  # a few common words: far below a uniform guess
+    # the counts read in pieces equal the counts read at once
+    counts = token_counts(p.train.blocks.corpus, len(p.tokenizer), chunk_tokens=7)
+    assert all(counts[t] == c for t, c in train.items())
+    # constructed numbers: counts (3, 1, 0) over 3 ids and id 0 held out -> -log(4 / 7)
+    assert unigram_cross_entropy([3, 1, 0], [0]) == pytest.approx(-math.log(4 / 7))
+    assert unigram_cross_entropy([3, 1, 0, 5], [0, 3], skip_ids=[3]) == pytest.approx(-math.log(4 / 8))
+    with pytest.raises(ValueError):
+        unigram_cross_entropy([1, 1], [1], skip_ids=[1])
+
+
 def test_equal_flop_budgets_give_equal_compute(corpus, tmp_path):
     from ptmlab.pretrain.run import run_pretrain
 

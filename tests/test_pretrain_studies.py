@@ -124,6 +124,12 @@ def test_objectives_small_has_five_objectives_equal_flops_one_seed(tmp_path):
     electra = [p for p in r["per_seed"] if p["objective"] == "electra"]
     mlm = [p for p in r["per_seed"] if p["objective"] == "mlm"]
     assert electra[0]["steps"] < mlm[0]["steps"]  # the generator makes an ELECTRA step dearer
+    # each model's eval loss and its held-out text's unigram cross-entropy are recorded, and the condition is
+    # the largest ratio of a token-predicting objective's (ELECTRA's discriminator loss left out)
+    assert all(p["eval_loss"] > 0 and p["unigram_entropy"] > 0 for p in r["per_seed"])
+    unigram = next(c for c in r["validity"] if "unigram" in c["condition"])
+    assert unigram["value"] == pytest.approx(max(p["eval_loss"] / p["unigram_entropy"] for p in r["per_seed"]
+                                                 if p["objective"] != "electra"))
 
 
 @pytest.mark.slow

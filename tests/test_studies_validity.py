@@ -220,6 +220,41 @@ def test_pretraining_must_leave_the_unigram_plateau():
     assert not plateau.met and learnt.met and unknown.value is None and not unknown.met
 
 
+def test_each_run_is_judged_against_its_own_recorded_unigram_entropy():
+    """Every pre-training study reads the eval loss and the unigram cross-entropy each run recorded, through the
+    one condition (``unigram_condition``): objectives and tokenizers-downstream (largest LM ratio; ELECTRA's
+    discriminator loss left out), data-quality (every corpus: each run its own training corpus's counts) and
+    scaling (the best run at the largest budget)."""
+    from ptmlab.studies.data_quality import validity as dq
+    from ptmlab.studies.pretrain_common import UNIGRAM_RATIO, pretrain_validity
+    from ptmlab.studies.scaling import validity as scaling
+
+    runs = [{"objective": "mlm", "seed": 0, "eval_loss": 5.0, "unigram_entropy": 7.0},
+            {"objective": "clm", "seed": 0, "eval_loss": 6.0, "unigram_entropy": 7.5},
+            {"objective": "electra", "seed": 0, "eval_loss": 0.3, "unigram_entropy": 7.0}]
+    c = pretrain_validity(_record(per_seed=runs, tasks=[]), "objective")[-1]
+    assert c.value == pytest.approx(6.0 / 7.5) and c.met and c.threshold == UNIGRAM_RATIO
+    runs[1]["eval_loss"] = 7.0  # the causal LM stayed on the plateau: nothing may be compared downstream
+    c = pretrain_validity(_record(per_seed=runs, tasks=[]), "objective")[-1]
+    assert c.value == pytest.approx(7.0 / 7.5) and not c.met
+    del runs[0]["unigram_entropy"]  # a run that did not record its entropy: unknown, unmet
+    assert pretrain_validity(_record(per_seed=runs, tasks=[]), "objective")[-1].value is None
+
+    rows = [{"variant": v, "seed": 0, "eval_loss": loss, "unigram_entropy": h, "task_metric": 0.8}
+            for v, loss, h in (("clean", 4.0, 6.0), ("raw_equal", 5.0, 6.5), ("raw_full", 4.5, 6.4))]
+    c = dq(_record(rows=rows))[-1]
+    assert "unigram" in c.condition and c.value == pytest.approx(5.0 / 6.5) and c.met
+
+    sweep = [{"budget": 1e9, "eval_loss": 3.0, "unigram_entropy": 6.0},   # a smaller budget does not count
+             {"budget": 3e9, "eval_loss": 5.9, "unigram_entropy": 6.0},
+             {"budget": 3e9, "eval_loss": 5.8, "unigram_entropy": 6.2},
+             {"budget": 3e9, "status": "not started"}]
+    c = scaling(_record(rows=sweep))[0]
+    assert c.value == pytest.approx(5.8 / 6.2) and not c.met  # the best of the largest budget: still above 0.9
+    sweep[2]["eval_loss"] = 4.0
+    assert scaling(_record(rows=sweep))[0].met
+
+
 def test_attention_explanation_measure_is_fixed_not_chosen():
     from ptmlab.studies.attention_explanation import PRIMARY, decide
 

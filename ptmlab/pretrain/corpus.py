@@ -418,3 +418,48 @@ def pack_blocks(corpus: TokenCorpus, content_length: int, sep_id: int) -> Blocks
         raise PtmlabError(f"the corpus holds {corpus.n_tokens} tokens, fewer than one block of {content_length}: "
                           f"use more text or a smaller --block-size")
     return blocks
+
+
+# ------------------------------------------------------------------------------------------------ unigram baseline
+def token_counts(corpus: TokenCorpus, vocab_size: int, chunk_tokens: int = 1 << 22) -> np.ndarray:
+    """How often each token id occurs in ``corpus``'s documents (int64 [vocab_size]), read from the memory map in
+    pieces of about ``chunk_tokens`` tokens, so no copy of a large corpus is held in RAM."""
+    counts = np.zeros(int(vocab_size), dtype=np.int64)
+    parts: list[np.ndarray] = []
+    held = 0
+
+    def flush() -> None:
+        nonlocal counts, held
+        if parts:
+            ids = np.concatenate(parts).astype(np.int64)
+            if len(ids) and int(ids.max()) >= len(counts):
+                counts = np.concatenate([counts, np.zeros(int(ids.max()) + 1 - len(counts), np.int64)])
+            counts += np.bincount(ids, minlength=len(counts))
+            parts.clear()
+            held = 0
+
+    for s, e in corpus.doc_offsets:
+        parts.append(np.asarray(corpus.tokens[int(s):int(e)]))
+        held += int(e - s)
+        if held >= chunk_tokens:
+            flush()
+    flush()
+    return counts
+
+
+def unigram_cross_entropy(train_counts: np.ndarray, held_ids: np.ndarray, skip_ids=()) -> float:
+    """Nats per token of ``held_ids`` under the unigram frequencies ``train_counts`` (add-one smoothed over the
+    vocabulary, the ids in ``skip_ids`` left out of both): the held-out loss of a model that learnt only which
+    tokens are common. A pre-training run's held-out loss that does not clearly beat it learnt nothing more."""
+    counts = np.asarray(train_counts, dtype=np.float64).copy()
+    held = np.asarray(held_ids, dtype=np.int64).ravel()
+    skip = np.asarray(sorted({int(i) for i in skip_ids}), dtype=np.int64)
+    if len(held) and int(held.max()) >= len(counts):
+        counts = np.concatenate([counts, np.zeros(int(held.max()) + 1 - len(counts))])
+    skip = skip[skip < len(counts)]
+    counts[skip] = 0.0
+    held = held[~np.isin(held, skip)]
+    if not len(held):
+        raise ValueError("no held-out tokens to score")
+    probs = (counts + 1.0) / (counts.sum() + len(counts))
+    return float(-np.log(probs[held]).mean())

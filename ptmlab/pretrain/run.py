@@ -88,12 +88,24 @@ def prepare(cfg: PretrainConfig) -> Prepared:
                           f"--block-size {limit} or less")
     obj.check(tok, model.config)
     valid_idx_limit = cfg.eval_blocks or len(valid_b)
+    n_valid = min(len(valid_b), valid_idx_limit)
     info = {"train_documents": train_c.n_docs, "train_tokens": int(train_c.n_tokens),
             "valid_documents": valid_c.n_docs, "valid_tokens": int(valid_c.n_tokens),
-            "train_blocks": len(train_b), "valid_blocks": min(len(valid_b), valid_idx_limit),
-            "tokens_per_block": n}
+            "train_blocks": len(train_b), "valid_blocks": n_valid, "tokens_per_block": n,
+            "unigram_entropy": _unigram_entropy(tok, train_c, valid_b, n_valid, sep)}
     return Prepared(tok, obj, model, PretrainData(train_b, obj, cfg.seed),
                     PretrainData(valid_b, obj, cfg.seed, static=True), info)
+
+
+def _unigram_entropy(tok, train_c, valid_b, n_valid: int, sep: int) -> float:
+    """The held-out blocks' unigram cross-entropy under the training text's token frequencies (nats per token,
+    special tokens and the document separator left out): the loss a model that learnt only which tokens are common
+    gets on the blocks ``eval_loss`` reads. Studies check that pre-training went clearly below it."""
+    from ptmlab.pretrain.corpus import token_counts, unigram_cross_entropy
+
+    skip = {*(getattr(tok, "all_special_ids", None) or ()), sep}
+    held = valid_b.batch(list(range(n_valid)))
+    return round(unigram_cross_entropy(token_counts(train_c, len(tok)), held, skip), 6)
 
 
 def _check_positions(model: str, block_size: int) -> None:

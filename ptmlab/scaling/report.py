@@ -31,6 +31,7 @@ def collect(out: Path, plan: dict) -> tuple[list[dict], dict[str, list[dict]]]:
             m = s["metrics"]
             row.update(status="done", steps=s["steps"], tokens=m["tokens"], flops=m["flops"],
                        eval_loss=m["eval_loss"], initial_eval_loss=m["initial_eval_loss"],
+                       unigram_entropy=s.get("corpus", {}).get("unigram_entropy"),
                        train_seconds=s["train_seconds"], tokens_per_second=m["tokens_per_second"])
             curves[spec.name] = read_curve(d)
         else:

@@ -113,14 +113,12 @@ def decide(loss_diffs: list[float], task_diffs: list[float], what: str = "the la
     return Verdict(v.outcome, v.reason + beside, task, detectable_effect=v.detectable_effect)
 
 
-UNIGRAM_RATIO = 0.9   # eval loss below this share of the unigram cross-entropy: pre-training learnt something
-
-
 def validity(record: dict) -> list:
-    """The conditions of ``CLAIM`` on a results record (rows: per variant and seed, ``eval_loss`` and
-    ``task_metric``; ``unigram_entropy``: the held-out text's unigram cross-entropy in nats)."""
+    """The conditions of ``CLAIM`` on a results record (rows: per variant and seed, ``eval_loss``,
+    ``unigram_entropy`` (the held-out text's unigram cross-entropy under that run's training corpus, nats) and
+    ``task_metric``)."""
     from ptmlab.studies.common import above_trivial, eval_size
-    from ptmlab.studies.verdict import Condition
+    from ptmlab.studies.pretrain_common import unigram_condition
 
     rows = record.get("rows") or []
     task = next((r.get("task") for r in rows if r.get("task")), "sst2")
@@ -129,11 +127,8 @@ def validity(record: dict) -> list:
     for r in rows:
         systems.setdefault(str(r.get("variant")), []).append(float(r["task_metric"]))
     conds = above_trivial(record, task, metric, systems or {"clean": []}, eval_size(record, None))
-    entropy = record.get("unigram_entropy")
-    worst = max((float(r["eval_loss"]) for r in rows if isinstance(r.get("eval_loss"), int | float)), default=None)
-    ratio = worst / float(entropy) if isinstance(entropy, int | float) and entropy and worst is not None else None
-    return conds + [Condition.check("largest held-out loss / unigram cross-entropy of the held-out text", ratio, "<",
-                                    UNIGRAM_RATIO)]
+    return conds + [unigram_condition(rows, "largest held-out loss / unigram cross-entropy of the held-out text",
+                                      record)]
 
 
 def restate(record: dict, name: str = "data-quality") -> Verdict | None:
@@ -224,7 +219,8 @@ def run(argv: list[str]) -> int:
         for v in VARIANTS:
             ft, s = fts[v, seed], res[v, seed]
             rows.append({"variant": v, "seed": seed, "steps": s["steps"], "tokens": s["metrics"]["tokens"],
-                         "eval_loss": s["metrics"]["eval_loss"], "task": a.task,
+                         "eval_loss": s["metrics"]["eval_loss"],
+                         "unigram_entropy": s.get("corpus", {}).get("unigram_entropy"), "task": a.task,
                          "task_metric": ft["metrics"][ft["main_metric"]], "metric": ft["main_metric"]})
     by = {(r["variant"], r["seed"]): r for r in rows}
     seeds = sorted({r["seed"] for r in rows})

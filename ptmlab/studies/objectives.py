@@ -127,6 +127,7 @@ def run(argv: list[str]) -> int:
         m = s["metrics"]
         per_seed.append({"objective": obj, "seed": seed, "arch": s["architecture"], "steps": s["steps"],
                          "tokens": m["tokens"], "flops": m["flops"], "eval_loss": m["eval_loss"],
+                         "unigram_entropy": s["corpus"].get("unigram_entropy"),
                          "tokens_per_second": m["tokens_per_second"], **scores})
     gap = flop_spread([r["flops"] for r in per_seed])
     rows, avg = summary_rows(per_seed, "objective", tasks)

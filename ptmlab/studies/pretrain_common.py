@@ -250,6 +250,8 @@ def summary_rows(per_seed: list[dict], key: str, tasks: list[str]) -> tuple[list
                 row[col] = runs[0][col]
         if "eval_loss" in runs[0]:
             row["pretrain_eval_loss"] = fmt([r["eval_loss"] for r in runs], 3)
+        if all(isinstance(r.get("unigram_entropy"), int | float) for r in runs):
+            row["unigram_entropy"] = fmt([r["unigram_entropy"] for r in runs], 3)  # the loss to beat clearly
         for t in tasks:
             row[t] = fmt([r[t] for r in runs])
         if len(tasks) > 1:
@@ -297,7 +299,6 @@ def pretrain_validity(record: dict, key: str, lm_only: bool = True) -> list:
       objectives of ``LM_OBJECTIVES``; ELECTRA's discriminator loss is not one) below ``UNIGRAM_RATIO`` of it.
     Numbers the record lacks make the condition unmet with value null."""
     from ptmlab.studies.common import above_trivial, eval_size
-    from ptmlab.studies.verdict import Condition
 
     runs = [r for r in record.get("per_seed") or [] if isinstance(r, dict)]
     conds = []
@@ -308,35 +309,44 @@ def pretrain_validity(record: dict, key: str, lm_only: bool = True) -> list:
                 systems.setdefault(str(r.get(key)), []).append(float(r[task]))
         conds += above_trivial(record, task, main_metric(task), systems or {"every variant": []},
                                eval_size(record, 500))
-    losses = [float(r["eval_loss"]) for r in runs if isinstance(r.get("eval_loss"), int | float)
-              and (not lm_only or r.get("objective", "mlm") in LM_OBJECTIVES)]
-    entropy = record.get("unigram_entropy")
-    ratio = max(losses) / float(entropy) if losses and isinstance(entropy, int | float) and entropy > 0 else None
-    return conds + [Condition.check("largest held-out LM loss / unigram cross-entropy of the held-out text", ratio,
-                                    "<", UNIGRAM_RATIO)]
+    lm = [r for r in runs if not lm_only or r.get("objective", "mlm") in LM_OBJECTIVES]
+    return conds + [unigram_condition(lm, "largest held-out LM loss / unigram cross-entropy of the held-out text",
+                                      record)]
+
+
+def unigram_condition(runs: list[dict], condition: str, record: dict | None = None, pick=max):
+    """The condition every pre-training study checks: ``pick`` (``max``: every run must pass; ``min``: the best
+    run) of each run's ``eval_loss / unigram_entropy`` below ``UNIGRAM_RATIO``. A run's ``unigram_entropy`` is its
+    own (what its pre-training recorded for its corpus and held-out blocks), else the record's. Runs without an
+    ``eval_loss`` are left out; a run without an entropy, or no run at all, makes the value null (unmet)."""
+    from ptmlab.studies.verdict import Condition
+
+    fallback = (record or {}).get("unigram_entropy")
+    ratios = []
+    for r in runs:
+        loss = r.get("eval_loss")
+        if not isinstance(loss, int | float) or isinstance(loss, bool):
+            continue
+        entropy = r.get("unigram_entropy", fallback)
+        if not isinstance(entropy, int | float) or not entropy > 0:
+            ratios = []
+            break
+        ratios.append(float(loss) / float(entropy))
+    return Condition.check(condition, pick(ratios) if ratios else None, "<", UNIGRAM_RATIO)
 
 
 def unigram_entropy(tokenizer, train_texts: list[str], eval_texts: list[str]) -> float:
     """The unigram cross-entropy (nats per token) of ``eval_texts`` under the token frequencies of ``train_texts``
-    (add-one smoothed over the vocabulary, special tokens left out): the loss of a model that learnt only which
-    tokens are common. The value ``pretrain_validity`` compares a run's held-out loss with (``unigram_entropy`` in
-    a study's results)."""
-    import math
-    from collections import Counter
+    (``pretrain.corpus.unigram_cross_entropy``: add-one smoothed over the vocabulary, special tokens left out), for
+    texts at hand. Every pre-training run records the same number for its own corpus and held-out blocks
+    (``corpus.unigram_entropy`` in its summary), which the studies copy beside each run's eval loss."""
+    import numpy as np
 
-    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    from ptmlab.pretrain.corpus import unigram_cross_entropy
 
     def ids(texts):
-        for t in texts:
-            yield from (i for i in tokenizer(t, add_special_tokens=False)["input_ids"] if i not in special)
+        return np.asarray([i for t in texts for i in tokenizer(t, add_special_tokens=False)["input_ids"]], np.int64)
 
-    counts = Counter(ids(train_texts))
-    vocab = max(len(tokenizer), max(counts, default=0) + 1)
-    total = sum(counts.values()) + vocab
-    nll = n = 0
-    for i in ids(eval_texts):
-        nll -= math.log((counts.get(i, 0) + 1) / total)
-        n += 1
-    if not n:
-        raise ValueError("no held-out tokens to score")
-    return nll / n
+    train = ids(train_texts)
+    counts = np.bincount(train, minlength=len(tokenizer)) if len(train) else np.zeros(len(tokenizer), np.int64)
+    return unigram_cross_entropy(counts, ids(eval_texts), getattr(tokenizer, "all_special_ids", None) or ())

@@ -168,14 +168,11 @@ def run(argv: list[str]) -> int:
 
 
 def validity(record: dict) -> list:
-    """The conditions of ``CLAIM`` on a results record (rows: ``budget``, ``eval_loss``; ``unigram_entropy``)."""
-    from ptmlab.studies.pretrain_common import UNIGRAM_RATIO
-    from ptmlab.studies.verdict import Condition
+    """The conditions of ``CLAIM`` on a results record (rows: ``budget``, ``eval_loss`` and ``unigram_entropy``,
+    the run's held-out unigram cross-entropy)."""
+    from ptmlab.studies.pretrain_common import unigram_condition
 
     rows = [r for r in record.get("rows") or [] if isinstance(r.get("eval_loss"), int | float)]
     top = max((r.get("budget") or 0 for r in rows), default=None)
-    best = min((float(r["eval_loss"]) for r in rows if r.get("budget") == top), default=None)
-    entropy = record.get("unigram_entropy")
-    ratio = best / float(entropy) if best is not None and isinstance(entropy, int | float) and entropy else None
-    return [Condition.check("best held-out loss at the largest budget / unigram cross-entropy", ratio, "<",
-                            UNIGRAM_RATIO)]
+    return [unigram_condition([r for r in rows if r.get("budget") == top],
+                              "best held-out loss at the largest budget / unigram cross-entropy", record, pick=min)]

@@ -132,7 +132,8 @@ def run(argv: list[str]) -> int:
         m = s["metrics"]
         per_seed.append({"cell": cell_name(d, span), "noise_density": d, "mean_span": span, "seed": seed,
                          "steps": s["steps"], "tokens": m["tokens"], "flops": m["flops"],
-                         "eval_loss": m["eval_loss"], **scores})
+                         "eval_loss": m["eval_loss"],
+                         "unigram_entropy": s["corpus"].get("unigram_entropy"), **scores})
     rows, avg = summary_rows(per_seed, "cell", tasks)
     v = decide(avg)
     fig = scores_figure(avg, "dev score (average over tasks)", "noise density / mean span")

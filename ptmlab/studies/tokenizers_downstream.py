@@ -144,6 +144,7 @@ def run(argv: list[str]) -> int:
         m = s["metrics"]
         per_seed.append({"tokenizer": t, "seed": seed, "steps": s["steps"], "tokens": m["tokens"],
                          "flops": m["flops"], "eval_loss": m["eval_loss"],
+                         "unigram_entropy": s["corpus"].get("unigram_entropy"),
                          "train_corpus_tokens": s["corpus"]["train_tokens"], **scores})
     rows, avg = summary_rows(per_seed, "tokenizer", tasks)
     v = decide(avg)
