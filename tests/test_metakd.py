@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+import yaml
 
 from tests.conftest import SHARED, assert_clean_error, run_cli
 
@@ -118,6 +119,95 @@ def test_meta_kd_study_small(domains, tmp_path):
     assert len(r["leave_one_out"]) == 2 and all(0 <= x["tfidf_lr"] <= 1 for x in r["leave_one_out"])
     assert "Leave one domain out" in r["verdict"] and r["rule"]["outcome"] == "inconclusive"  # one seed
     assert r["outcome"] == "cannot test"  # one seed shows no student above its domain's majority class
+
+
+def write_unique_domain(path, name: str, n: int) -> list[str]:
+    """A domain file whose every row is a different text (so that rows can be traced through split files)."""
+    r = random.Random(name)
+    texts = [f"review {i} of the {r.choice(NOUNS[name])}: {r.choice(POS if i % 2 else NEG)} really" for i in range(n)]
+    path.write_text("text\tlabel\n" + "".join(f"{t}\t{i % 2}\n" for i, t in enumerate(texts)))
+    return texts
+
+
+def test_folds_partition_every_domain_and_seeds_take_them_in_turn(tmp_path):
+    from ptmlab.core.errors import PtmlabError
+    from ptmlab.distill.domains import load_domains, seed_folds
+
+    sizes = {"kitchen": 60, "toys": 47, "music": 23}
+    named = []
+    for name, n in sizes.items():
+        write_unique_domain(tmp_path / f"{name}.tsv", name, n)
+        named.append((name, tmp_path / f"{name}.tsv"))
+    for k in (2, 3, 5):
+        tested = {name: [] for name in sizes}
+        for fold in range(k):
+            for d in load_domains(named, fold=fold, folds=k).domains:
+                train, dev, test = (set(d.splits[s].ids) for s in ("train", "dev", "test"))
+                assert not (train & dev or train & test or dev & test)  # disjoint within the fold
+                assert train | dev | test == set(range(sizes[d.name]))  # and every row is in one of them
+                assert len(dev) == int(0.1 * sizes[d.name]) and len(d.splits["test"].ids) == len(test)
+                tested[d.name] += sorted(test)
+        for name, n in sizes.items():
+            assert sorted(tested[name]) == list(range(n)), (k, name)  # over the K folds each row tested once
+    assert seed_folds([3, 7, 9, 11, 4], 2) == {3: 0, 7: 1, 9: 0, 11: 1, 4: 0}
+    assert seed_folds([3, 7], 0) == {3: None, 7: None}
+    with pytest.raises(PtmlabError, match="--folds 1"):
+        seed_folds([0], 1)
+
+
+def test_meta_kd_study_with_folds_tests_every_row_once(tmp_path):
+    from ptmlab.core.errors import PtmlabError
+    from ptmlab.studies.meta_kd import decide, method_scores, run
+    from ptmlab.studies.verdict import OUTCOMES
+
+    texts = {"kitchen": write_unique_domain(tmp_path / "kitchen.tsv", "kitchen", 60),
+             "toys": write_unique_domain(tmp_path / "toys.tsv", "toys", 47)}
+    files = ",".join(f"{d}={tmp_path / d}.tsv" for d in texts)
+    out = tmp_path / "study"
+    with pytest.raises(PtmlabError, match="--folds 1"):
+        run(["--budget", "small", "--domains", "", "--domain-files", files, "--folds", "1", "--output", str(out)])
+    assert run(["--budget", "small", "--domains", "", "--domain-files", files, "--seeds", "0,1", "--folds", "2",
+                "--output", str(out)]) == 0
+    r = json.loads((out / "results.json").read_text())
+    # the split files the runs read: per fold, test rows disjoint from training and dev rows; over the folds, every
+    # row of every domain tested once
+    for d, rows in texts.items():
+        tested = []
+        for fold in (0, 1):
+            part = {s: (out / f"data-fold{fold}" / f"{d}.{s}.tsv").read_text().splitlines()[1:]
+                    for s in ("train", "dev", "test")}
+            test = {line.split("\t")[0] for line in part["test"]}
+            assert not test & {line.split("\t")[0] for line in part["train"] + part["dev"]}
+            tested += sorted(test)
+        assert sorted(tested) == sorted(rows)
+    # seed i on fold i: its students are tested on that fold's rows, dev and best epoch from the others
+    assert [(p["seed"], p["fold"]) for p in r["per_fold"]] == [(0, 0), (1, 1)] and r["folds"] == 2
+    for p in r["per_fold"]:
+        base = out / f"seed{p['seed']}-fold{p['fold']}"
+        fold_dir = out / f"data-fold{p['fold']}"
+        for d in texts:
+            n_test = len((fold_dir / f"{d}.test.tsv").read_text().splitlines()) - 1
+            assert p["test_rows"][d] == n_test
+            kd = yaml.safe_load((base / "a" / d / "student" / "config.yaml").read_text())
+            assert (kd["test_file"], kd["dev_file"]) == (str(fold_dir / f"{d}.test.tsv"),
+                                                         str(fold_dir / f"{d}.dev.tsv"))
+            meta = json.loads((base / "c" / d / "summary.json").read_text())["per_domain_test_accuracy"]
+            assert meta[d]["examples"] == n_test  # the meta-distilled student is scored on the same fold
+        assert sum(p["test_rows"].values()) == sum(x["test_rows"] for x in r["leave_one_out"]
+                                                  if x["seed"] == p["seed"])
+        for m in ("single_kd", "pooled_kd", "meta_kd"):  # the per-fold numbers are the ones the rule pairs
+            assert p[m] == pytest.approx(np.mean([x[m] for x in r["per_domain"] if x["seed"] == p["seed"]]))
+            assert r["method_scores"][m][p["seed"]] == pytest.approx(p[m])
+    assert sum(p["test_rows"]["toys"] for p in r["per_fold"]) == 47
+    assert r["outcome"] in OUTCOMES and r["rule"]["outcome"] == decide(method_scores(r["per_domain"])).outcome
+    assert "paired t over 2 seeds" in r["rule"]["reason"]
+
+
+def test_meta_distill_fold_out_of_range_is_a_one_line_error(domains, tmp_path):
+    p = run_cli("meta-distill", "--domain", f"kitchen={domains['kitchen']}", "--domain", f"toys={domains['toys']}",
+                "--teacher-model", "tiny", "--folds", "2", "--fold", "2", "--output", str(tmp_path / "out"))
+    assert_clean_error(p, "--fold 2")
+    assert not (tmp_path / "out").exists()
 
 
 # the verdict rule on synthetic numbers (every outcome): tests/test_study_rules_b.py

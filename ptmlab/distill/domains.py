@@ -5,6 +5,10 @@ Domains are names under ``../shared/data/domains`` (``books``, ``dvd``, ``electr
 whatever the training seed (a fixed seeded shuffle, 80% train / 10% dev / 10% test), so teachers, students and
 baselines of every seed see the same test sentences. All domains must share one label set; a file without the named
 columns, an empty file, or a file whose labels differ from the others is a one-line error naming the file.
+
+Cross-validation (``folds`` K > 1): the same fixed shuffle cut into K folds; fold k is the test split and the dev
+split comes from the other rows, so nothing chosen on dev has seen a tested row. Studies run seed i on fold i mod K
+(``seed_folds``), so that K seeds test every row of every domain once.
 """
 
 from __future__ import annotations
@@ -21,6 +25,27 @@ SPLIT_SEED = 20210
 SHARES = (0.8, 0.1, 0.1)
 SPLITS = ("train", "dev", "test")
 DEFAULT_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "domains"
+
+
+FOLDS_HELP = ("test on fold i mod K of each domain's rows for the i-th seed (0: the fixed tenth kept for testing); K "
+              "seeds with --folds K test every row once")
+
+
+def check_folds(folds: int) -> None:
+    """``--folds``: 0 (the fixed test part) or K >= 2."""
+    if folds < 0 or folds == 1:
+        raise PtmlabError(f"--folds {folds}: give 0 (the fixed test part) or 2 or more")
+
+
+def seed_folds(seeds: list[int], folds: int) -> dict[int, int | None]:
+    """The fold each seed is tested on: the i-th seed on fold i mod K (None without folds: the fixed test part)."""
+    check_folds(folds)
+    return {seed: (i % folds if folds > 1 else None) for i, seed in enumerate(seeds)}
+
+
+def split_dir(out: Path, fold: int | None) -> Path:
+    """Where a study writes its domains' split files: OUTPUT/data, or OUTPUT/data-foldK for fold K."""
+    return out / ("data" if fold is None else f"data-fold{fold}")
 
 
 def default_domain_dir() -> Path:

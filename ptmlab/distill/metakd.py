@@ -35,6 +35,7 @@ from torch import nn
 
 from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
+from ptmlab.distill.domains import check_folds
 from ptmlab.train.args import STRATEGY_OPTIONS, TrainArgs
 
 
@@ -46,6 +47,9 @@ class MetaKDArgs:
     text_col: str = opt("text", "text column of the domain files")
     label_col: str = opt("label", "label column of the domain files")
     max_per_domain: int | None = opt(None, "cap each domain's training split at N examples")
+    folds: int = opt(0, "cross-validation: cut each domain's rows into K folds and test on --fold, dev taken from "
+                        "the other rows (0: the fixed 80/10/10 split)")
+    fold: int = opt(0, "with --folds K: the fold tested, 0..K-1")
     max_length: int = opt(128, "truncate inputs to this many tokens")
     teacher_model: str = opt("minilm", "base encoder the meta-teacher is trained from (zoo name or model directory)",
                              deprecated=("--teacher",))
@@ -88,6 +92,9 @@ class MetaDistillConfig(MetaKDArgs, TrainArgs):
             raise PtmlabError(f"--max-length {self.max_length} is out of range: use 8..512")
         if self.max_per_domain is not None and self.max_per_domain < 1:
             raise PtmlabError(f"--max-per-domain must be >= 1, got {self.max_per_domain}")
+        check_folds(self.folds)
+        if self.folds and not 0 <= self.fold < self.folds:
+            raise PtmlabError(f"--fold {self.fold} is not one of the {self.folds} folds (0..{self.folds - 1})")
 
 
 # ------------------------------------------------------------------------------------------- prototype scores
@@ -255,7 +262,7 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill", resu
     cfg, resume = restart_unless_checkpointed(cfg, resume)
     session = prepare_run(cfg, command, resume=resume)
     dd = load_domains(resolve_domains(cfg.domains, cfg.domain_files, cfg.domain_dir), cfg.text_col, cfg.label_col,
-                      cfg.max_per_domain)
+                      cfg.max_per_domain, fold=cfg.fold if cfg.folds else None, folds=cfg.folds)
     names, K = dd.names, len(dd.names)
     if cfg.student_domain and cfg.student_domain not in names:
         raise PtmlabError(f"--student-domain '{cfg.student_domain}' is not among --domains ({', '.join(names)})")
@@ -339,7 +346,7 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill", resu
                                                 cfg.eval_batch_size)[0]["accuracy"],
                             "teacher": evaluate(teacher, e, data.spec, tok.pad_token_id or 0,
                                                 cfg.eval_batch_size)[0]["accuracy"],
-                            "seen": name in keep}
+                            "seen": name in keep, "examples": len(e)}
     t_dev = predict_logits(teacher, s_enc["dev"], tok.pad_token_id or 0, cfg.eval_batch_size).argmax(-1)
     teacher_dev = float((t_dev == np.asarray(s_enc["dev"].labels)).mean())
     summary = {

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from ptmlab.core.config import build_config, opt
 from ptmlab.core.errors import PtmlabError
+from ptmlab.distill.domains import FOLDS_HELP, check_folds, seed_folds
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import StudyArgs, finetune_run, parse_study_args, write_study
 from ptmlab.studies.executor import Run, run_grid
@@ -92,8 +93,7 @@ class DomainAdaptationArgs(StudyArgs):
     eval_blocks: int = opt(128, "held-out blocks for the continued pre-training eval loss")
     seeds: list[str] = opt(["0", "1"], "seeds (continued pre-training and fine-tuning)")
     max_train: int | None = opt(None, "labelled training examples per domain (default: all 1600)")
-    folds: int = opt(0, "test on fold i mod K of each domain's rows for the i-th seed (0: the fixed tenth kept "
-                        "for testing); K seeds with --folds K test every row once")
+    folds: int = opt(0, FOLDS_HELP)
     max_eval: int | None = opt(None, "dev examples per domain (default: all)")
     max_length: int = opt(128, "max tokens of fine-tuning")
     epochs: float = opt(2.0, "fine-tuning epochs")
@@ -105,8 +105,7 @@ class DomainAdaptationArgs(StudyArgs):
         if not self.domains:
             raise PtmlabError("--domains is empty: name at least one domain (e.g. airline)")
         check_seeds(self.seeds)
-        if self.folds < 0 or self.folds == 1:
-            raise PtmlabError(f"--folds {self.folds}: give 0 (the fixed test part) or 2 or more")
+        check_folds(self.folds)
         for name in ("mlm_steps", "mlm_batch_size"):
             if getattr(self, name) < 1:
                 raise PtmlabError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
@@ -125,13 +124,13 @@ def targets(a: DomainAdaptationArgs, out: Path, fold: int | None = None) -> list
     """Each domain's split files and training text (tweets: the built-in task), written under OUTPUT/data (with
     ``--folds``: OUTPUT/data-foldK, the test split fold K)."""
     from ptmlab.core.io import atomic_write_text
-    from ptmlab.distill.domains import load_domains, resolve_domains, write_split_files
+    from ptmlab.distill.domains import load_domains, resolve_domains, split_dir, write_split_files
 
     base = Path(a.domain_dir) if a.domain_dir else shared_dir() / "domains"
     names = [d for d in a.domains if d != "tweets"]
     if names and not base.is_dir() and not a.domain_dir:
         names = []  # no shared data: the built-in tweets alone
-    data_dir = out / ("data" if fold is None else f"data-fold{fold}")
+    data_dir = split_dir(out, fold)
     result = []
     if names:
         dd = load_domains(resolve_domains(names, [], str(base)), fold=fold, folds=a.folds)
@@ -181,7 +180,7 @@ def run(argv: list[str]) -> int:
     per_seed = []
     seeds = check_seeds(a.seeds)
     # with --folds K, seed i's test part is fold i mod K of every domain (K seeds test every row once)
-    by_seed = {seed: targets(a, out, i % a.folds if a.folds > 1 else None) for i, seed in enumerate(seeds)}
+    by_seed = {seed: targets(a, out, fold) for seed, fold in seed_folds(seeds, a.folds).items()}
     tgts = by_seed[seeds[0]]
     # two rounds: the baselines with the continued pre-training, then the fine-tunings that start from the latter
     first = {}
