@@ -25,6 +25,7 @@ def register(sub) -> None:
 
 def _export(args: argparse.Namespace) -> int:
     from ptmlab.export.run import ExportConfig, export_model
+    from ptmlab.report.model_card import AGREEMENT
 
     info = export_model(resolve_config(ExportConfig, args, args.config))
     p = info["parity"]
@@ -32,6 +33,6 @@ def _export(args: argparse.Namespace) -> int:
     code = " (with modelling code: load with trust_remote_code=True)" if info.get("custom_code") else ""
     print(f"exported {info['source']} as {info['format']}{code}")
     print(f"parity on {p['examples']} dev texts of {p['task']}: max |logit diff| {p['max_abs_logit_diff']:.3g}, "
-          f"label agreement {agree}")
+          f"{AGREEMENT.get(p.get('kind'), 'label agreement')} {agree}")
     print(f"export: {info['output']}")
     return 0

@@ -4,7 +4,8 @@ Where the model's modifications are expressible in its family's stock configurat
 leaves every layer with all its heads and the same FFN width, possibly with fewer layers) the directory is a plain
 ``save_pretrained`` one with adjusted sizes. Otherwise the two template files in ``templates/`` are copied beside
 the weights (one line naming the family's stock classes set) and the model class is registered through the
-config's ``auto_map``, so ``from_pretrained(DIR, trust_remote_code=True)`` rebuilds the architecture with torch and
+config's ``auto_map`` under its task head's Auto class (sequence classification, token classification or question
+answering), so ``from_pretrained(DIR, trust_remote_code=True)`` rebuilds the architecture with torch and
 transformers alone. The weights are ptmlab's own state dict: the template reproduces ptmlab's module names.
 
 config.json keeps the family's ``model_type`` and maps no ``AutoConfig`` to the modelling code: the configuration
@@ -27,7 +28,23 @@ from ptmlab.models.structure import structure_of
 
 TEMPLATES = Path(__file__).parent / "templates"
 REMOTE_KINDS = ("structured_prune", "low_rank", "layer_sharing", "ghost", "adapter", "rnn_student")
-AUTO_MAP = {"AutoModelForSequenceClassification": "modeling_ptmlab.PtmlabForSequenceClassification"}
+# task head (the end of the model class name) -> the Auto class that loads it
+AUTO_CLASSES = {"ForSequenceClassification": "AutoModelForSequenceClassification",
+                "ForTokenClassification": "AutoModelForTokenClassification",
+                "ForQuestionAnswering": "AutoModelForQuestionAnswering"}
+TEMPLATE_CLASS = "PtmlabForSequenceClassification"  # the model class in templates/modeling_ptmlab.py
+
+
+def head_of(architecture: str) -> str:
+    """The task head a model class name ends with (sequence classification when none matches)."""
+    return next((h for h in AUTO_CLASSES if architecture.endswith(h)), "ForSequenceClassification")
+
+
+def auto_class(architecture: str):
+    """The transformers Auto class that loads a model of this class name."""
+    import transformers
+
+    return getattr(transformers, AUTO_CLASSES[head_of(architecture)])
 
 
 def modifications(model) -> list[dict]:
@@ -86,10 +103,9 @@ def write_transformers(model, tokenizer, out: Path) -> dict:
 
     check_transformers(model)
     stock = stock_config(model)
+    head = head_of(type(model).__name__)
     if stock is not None:
-        from transformers import AutoModelForSequenceClassification
-
-        plain = AutoModelForSequenceClassification.from_config(stock)
+        plain = auto_class(head).from_config(stock)
         missing, unexpected = plain.load_state_dict(model.state_dict(), strict=False)
         missing = [k for k in missing if not k.endswith(("position_ids", "token_type_ids"))]
         if missing or unexpected:
@@ -102,23 +118,27 @@ def write_transformers(model, tokenizer, out: Path) -> dict:
     base_config, base_model = type(model.config).__name__, type(model).__name__
     if not hasattr(transformers, base_config) or not hasattr(transformers, base_model):
         raise PtmlabError(f"model class '{base_model}' is not a stock transformers class: only sequence "
-                          f"classification models of a supported family can be exported")
+                          f"classification, token classification and QA models of a supported family can be "
+                          f"exported")
+    name = f"Ptmlab{head}"
     save_model(model, tokenizer, out)
     cfg = json.loads((out / "config.json").read_text())
-    cfg.update(auto_map=AUTO_MAP, architectures=["PtmlabForSequenceClassification"],
+    cfg.update(auto_map={AUTO_CLASSES[head]: f"modeling_ptmlab.{name}"}, architectures=[name],
                ptmlab_structure=structure_paths(model), ptmlab_base_model_type=model.config.model_type)
     atomic_write_json(out / "config.json", cfg)
     conf = (TEMPLATES / "configuration_ptmlab.py").read_text()
     conf = conf.replace('BASE_CONFIG = "BertConfig"', f'BASE_CONFIG = "{base_config}"')
     conf = conf.replace('BASE_MODEL = "BertForSequenceClassification"', f'BASE_MODEL = "{base_model}"')
     atomic_write_text(out / "configuration_ptmlab.py", conf)
-    atomic_write_text(out / "modeling_ptmlab.py", (TEMPLATES / "modeling_ptmlab.py").read_text())
-    return {"custom_code": True, "architecture": "PtmlabForSequenceClassification", "base_architecture": base_model,
+    modeling = (TEMPLATES / "modeling_ptmlab.py").read_text()
+    atomic_write_text(out / "modeling_ptmlab.py", modeling.replace(f"class {TEMPLATE_CLASS}(", f"class {name}("))
+    return {"custom_code": True, "architecture": name, "base_architecture": base_model,
             "modifications": [m["kind"] for m in modifications(model)]}
 
 
 def load_exported(path: str | Path):
-    """Load an exported directory the way a user would (trust_remote_code where it carries modelling code)."""
-    from transformers import AutoModelForSequenceClassification
-
-    return AutoModelForSequenceClassification.from_pretrained(str(path), trust_remote_code=True).eval()
+    """Load an exported directory the way a user would: the Auto class of its task head (trust_remote_code where it
+    carries modelling code)."""
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    arch = (cfg.get("architectures") or [""])[0]
+    return auto_class(arch).from_pretrained(str(path), trust_remote_code=True).eval()

@@ -2,6 +2,11 @@
 
 The text is the dev split of the run's own task (read from its config.yaml), of ``--task`` when given, or of the
 built-in tweets task; both models see the same tokenized batches, so any difference is the export's.
+
+Token classification and extractive QA compare what their tasks read: the logits of every real (non-padding)
+token of each sentence or window, and the decoded result, the tag of every word (read at its first sub-token) or
+the answer span of every question (best over its windows). ``label_agreement`` is then the share of words whose
+tag agrees, or of questions whose answer span is the same.
 """
 
 from __future__ import annotations
@@ -14,13 +19,16 @@ import torch
 
 from ptmlab.core.config import build_config
 from ptmlab.core.errors import PtmlabError
+from ptmlab.data.tasks import SPAN_KINDS
 from ptmlab.train.args import DataArgs
 
 DATA_FIELDS = {f.name for f in dataclasses.fields(DataArgs)}
 
 
-def parity_data_args(source: str, task: str | None, overrides: dict, max_examples: int) -> DataArgs:
-    """The data options for the parity text: ``task`` (+ overrides) if given, else the run's, else tweets."""
+def parity_data_args(source: str, task: str | None, overrides: dict, max_examples: int,
+                     kind: str = "sentence") -> DataArgs:
+    """The data options for the parity text: ``task`` (+ overrides) if given, else the run's, else tweets (for
+    sentence models; a token-classification or QA model, ``kind``, needs data of its kind named)."""
     values: dict = {}
     cfg_file = Path(source) / "config.yaml"
     if task is None and cfg_file.is_file():
@@ -34,6 +42,9 @@ def parity_data_args(source: str, task: str | None, overrides: dict, max_example
             else {}
     if task is not None:
         values = {"task": task}
+    elif kind in SPAN_KINDS and not overrides.get("dev_file") and not (values and _rereadable(values)):
+        raise PtmlabError(f"a {kind} model's parity text must be of its kind and the run records no data to read "
+                          f"again: pass --task conll2003/squad or --dev-file FILE (--task-kind {kind})")
     elif values and not overrides.get("dev_file") and not _rereadable(values):
         print("note: the run was trained on data held in memory, which it does not keep: parity is checked on the "
               "built-in tweets dev text (pass --task or --dev-file to choose)", file=sys.stderr)
@@ -52,13 +63,20 @@ def _rereadable(values: dict) -> bool:
                 or Path(task).expanduser().is_dir())
 
 
-def dev_split(args: DataArgs):
+def dev_split(args: DataArgs, kind: str = "sentence"):
+    """(task name, dev split) of the parity text; PtmlabError when its kind is not the model's ``kind``."""
     from ptmlab.data.taskdata import load_task_data
 
     data = load_task_data(args, need_train=False)
     split = data.splits["dev"]
     if len(split) == 0:
         raise PtmlabError(f"task '{args.task}' has an empty dev split: pass --task with dev data for the parity check")
+    data_kind = data.spec.kind if data.spec.kind in SPAN_KINDS else "sentence"
+    if data_kind != kind:
+        model = f"a {kind} model" if kind in SPAN_KINDS else "a sentence classification model"
+        raise PtmlabError(f"the parity text of task '{data.spec.name}' is {data_kind} data, but the model is {model}: "
+                          f"pass --task or --dev-file with data of the model's kind"
+                          + (f" (--task-kind {kind})" if kind in SPAN_KINDS else ""))
     return data.spec.name, split
 
 
@@ -89,3 +107,32 @@ def compare(reference: torch.Tensor, exported: torch.Tensor, task: str) -> dict:
     else:  # regression: no labels to agree on
         agree = None
     return {"task": task, "examples": int(reference.shape[0]), "max_abs_logit_diff": diff, "label_agreement": agree}
+
+
+def span_parity(model, exported, tokenizer, split, task: str, kind: str, max_length: int) -> dict:
+    """Parity of a token-classification or QA export: max |logit diff| over the real tokens of every sentence or
+    window (both QA outputs), and agreement of the decoded tags per word or answer spans per question."""
+    from ptmlab.train.spans import span_logits
+
+    feats = split.encode(tokenizer, max_length)
+    ref = span_logits(model, feats, desc="parity")
+    got = span_logits(exported, feats, desc="parity")
+    pairs = [(r, g) for a, b in zip(ref, got, strict=True)
+             for r, g in (zip(a, b, strict=True) if kind == "extractive-qa" else [(a, b)])]
+    diff = max((float(abs(r - g).max()) for r, g in pairs if r.size), default=0.0)
+    if kind == "extractive-qa":
+        from ptmlab.data.qa import best_answers
+
+        a_ref = best_answers(split, feats, [x[0] for x in ref], [x[1] for x in ref])
+        a_got = best_answers(split, feats, [x[0] for x in got], [x[1] for x in got])
+        same = [(a.start, a.end) == (b.start, b.end) for a, b in zip(a_ref, a_got, strict=True)]
+        return {"task": task, "kind": kind, "examples": len(split), "windows": len(feats),
+                "max_abs_logit_diff": diff, "label_agreement": sum(same) / max(len(same), 1)}
+    from ptmlab.train.spans import token_predictions
+
+    labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    t_ref, t_got = token_predictions(feats, ref, labels), token_predictions(feats, got, labels)
+    words = [a == b for s_ref, s_got in zip(t_ref, t_got, strict=True) for a, b in zip(s_ref, s_got, strict=True)]
+    return {"task": task, "kind": kind, "examples": len(split), "words": len(words), "max_abs_logit_diff": diff,
+            "label_agreement": sum(words) / max(len(words), 1),
+            "sentences_identical": sum(a == b for a, b in zip(t_ref, t_got, strict=True)) / max(len(t_ref), 1)}

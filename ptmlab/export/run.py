@@ -17,6 +17,7 @@ from pathlib import Path
 from ptmlab.core.config import Validated, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.io import atomic_write_json
+from ptmlab.data.tasks import TASK_KINDS
 
 FORMATS = ("transformers", "onnx", "onnx-int8", "torch-int8")
 
@@ -28,6 +29,8 @@ class ExportConfig(Validated):
     output: str | None = opt(None, "directory to write the export into (must not exist, unless --overwrite)")
     overwrite: bool = opt(False, "replace an existing --output directory")
     task: str | None = opt(None, "task whose dev text the parity check reads (default: the run's task, else tweets)")
+    task_kind: str | None = opt(None, "what --dev-file holds: sentence, token-classification or extractive-qa "
+                                      "(default: the kind of the model's task head)", choices=list(TASK_KINDS))
     glue_dir: str | None = opt(None, "GLUE data directory for the parity text (default ../shared/data/glue)")
     dev_file: str | None = opt(None, "dev file for the parity text (with --task NAME)")
     text_col: str | None = opt(None, "text column of --dev-file")
@@ -39,7 +42,8 @@ class ExportConfig(Validated):
                                     "or weights (int8 weights dequantized to fp32 in the graph: int8's size, fp32's "
                                     "predictions and speed)", choices=["dynamic", "weights"])
     parity_examples: int = opt(1000, "dev examples in the parity check (0: all)")
-    max_length: int = opt(128, "tokens per text in the parity check")
+    max_length: int | None = opt(None, "tokens per text (extractive QA: per window) in the parity check (default: "
+                                       "the run's, else 128; 384-token windows for QA)")
 
     def validate(self) -> None:
         if self.format not in FORMATS:
@@ -105,11 +109,6 @@ SUPPORT: dict[str, tuple[tuple[str, ...], str]] = {
 
 def check_format(model, fmt: str) -> None:
     """PtmlabError, before anything is written, for a format the model's modifications cannot take."""
-    head = type(model).__name__
-    if head.endswith(("ForTokenClassification", "ForQuestionAnswering")):
-        raise PtmlabError(f"export writes sequence-classification models (its parity check compares one row of "
-                          f"logits per text); a {head} is not exported yet: load the run directory itself "
-                          f"(transformers' from_pretrained reads it) or serve it with ptmlab serve")
     for m in getattr(model.config, "ptmlab_modifications", None) or []:
         kind = m.get("kind")
         if kind in SUPPORT and fmt not in SUPPORT[kind][0]:
@@ -125,11 +124,26 @@ def check_format(model, fmt: str) -> None:
                           "would not change it: use --format transformers or onnx-int8")
 
 
+def model_kind(model) -> str:
+    """token-classification or extractive-qa for a model with that task head, else sentence."""
+    from ptmlab.models.loader import SAVED_HEADS
+
+    head = type(model).__name__
+    return next((kind for suffix, kind in SAVED_HEADS.items() if head.endswith(suffix)), "sentence")
+
+
 def int8_layers(model) -> list[str]:
     """The Linear layers torch-int8 quantizes: all but the task head and pooler (kept fp32, as ptmlab quantize)."""
-    from ptmlab.compress.quantize import DEFAULT_KEEP_FP32, linear_names
+    from ptmlab.compress.quantize import linear_names
 
-    return sorted(linear_names(model, DEFAULT_KEEP_FP32))
+    return sorted(linear_names(model, int8_keep_fp32()))
+
+
+def int8_keep_fp32() -> list[str]:
+    """Module-name patterns torch-int8 leaves in fp32: ptmlab quantize's (classifier, pooler) and the QA head."""
+    from ptmlab.compress.quantize import DEFAULT_KEEP_FP32
+
+    return list(dict.fromkeys([*DEFAULT_KEEP_FP32, "qa_outputs*"]))
 
 
 def _write(model, tokenizer, fmt: str, tmp: Path, keep_fp32: list[str], int8_mode: str = "dynamic"
@@ -166,7 +180,6 @@ def _write(model, tokenizer, fmt: str, tmp: Path, keep_fp32: list[str], int8_mod
         return OrtModel(tmp / "model.onnx", model.config), info
     import copy
 
-    from ptmlab.compress.quantize import DEFAULT_KEEP_FP32
     from ptmlab.export.int8 import use_int8_linears
     from ptmlab.models.zoo import load_model
 
@@ -176,7 +189,7 @@ def _write(model, tokenizer, fmt: str, tmp: Path, keep_fp32: list[str], int8_mod
     save_model(q, tokenizer, tmp)
     atomic_write_json(tmp / "quantization.json", {"method": "torch dynamic int8", "weights": "int8, symmetric, "
                       "per tensor (torch default dynamic qconfig)", "activations": "quantized per batch at run time",
-                      "kept_fp32": DEFAULT_KEEP_FP32, "layers": layers})
+                      "kept_fp32": int8_keep_fp32(), "layers": layers})
     return load_model(str(tmp)), {"quantized_layers": len(layers)}
 
 
@@ -189,7 +202,7 @@ def _umask() -> int:
 def export_model(cfg: ExportConfig) -> dict:
     """Export ``cfg.model`` as ``cfg.format`` into ``cfg.output``; returns the export's info with its parity."""
     from ptmlab.core.seed import configure_threads
-    from ptmlab.export.parity import compare, dev_split, logits, parity_data_args
+    from ptmlab.export.parity import compare, dev_split, logits, parity_data_args, span_parity
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.report.model_card import write_model_card
 
@@ -199,16 +212,23 @@ def export_model(cfg: ExportConfig) -> dict:
     model = load_model(source).eval()
     tokenizer = load_tokenizer(source)
     check_format(model, cfg.format)
+    kind = model_kind(model)
     overrides = {"glue_dir": cfg.glue_dir, "dev_file": cfg.dev_file, "text_col": cfg.text_col,
-                 "text_pair_col": cfg.text_pair_col, "label_col": cfg.label_col, "max_length": cfg.max_length}
-    task, split = dev_split(parity_data_args(source, cfg.task, overrides, cfg.parity_examples))
+                 "text_pair_col": cfg.text_pair_col, "label_col": cfg.label_col, "max_length": cfg.max_length,
+                 "task_kind": cfg.task_kind or (kind if cfg.dev_file else None)}
+    data_args = parity_data_args(source, cfg.task, overrides, cfg.parity_examples, kind)
+    task, split = dev_split(data_args, kind)
+    length = data_args.max_length
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; the export gets a normal directory's mode
         exported, info = _write(model, tokenizer, cfg.format, tmp, cfg.keep_fp32, cfg.int8_mode)
-        reference = logits(model, tokenizer, split, cfg.max_length)
-        parity = compare(reference, logits(exported, tokenizer, split, cfg.max_length), task)
-        info = {"format": cfg.format, "source": str(cfg.model), **info, "parity": parity}
+        if kind == "sentence":
+            reference = logits(model, tokenizer, split, length)
+            parity = compare(reference, logits(exported, tokenizer, split, length), task)
+        else:
+            parity = span_parity(model, exported, tokenizer, split, task, kind, length)
+        info = {"format": cfg.format, "source": str(cfg.model), **info, "parity": parity, "output": str(out)}
         atomic_write_json(tmp / "parity.json", parity)
         write_model_card(tmp, source=source, export=info)
         if out.exists():

@@ -18,6 +18,15 @@ from ptmlab.core.io import atomic_write_text
 
 ZOO_HUB_IDS = {"minilm": "sentence-transformers/all-MiniLM-L6-v2", "mpnet": "sentence-transformers/all-mpnet-base-v2"}
 GLUE = {"cola", "sst2", "mrpc", "stsb", "rte", "wnli", "qnli", "qqp", "mnli"}
+# task head (end of the architecture name) -> (hub pipeline tag, what the model is, the Auto class that loads it)
+HEAD_KINDS = {"ForTokenClassification": ("token-classification", "A token classifier (a tag per word)",
+                                         "AutoModelForTokenClassification"),
+              "ForQuestionAnswering": ("question-answering", "An extractive question-answering model (an answer "
+                                       "span of the context)", "AutoModelForQuestionAnswering")}
+TEXT_CLASSIFIER = ("text-classification", "A text classifier", "AutoModelForSequenceClassification")
+USES = {"token-classification": "Tagging the words of English sentences",
+        "question-answering": "Finding answers to questions in English passages"}
+AGREEMENT = {"token-classification": "tag agreement per word", "extractive-qa": "same answer span"}
 WEIGHT_SUFFIXES = (".safetensors", ".onnx")
 SKIP_OPTIONS = {"command", "overwrite", "output"}
 POSITIONAL_MODEL = {"prune", "quantize", "compress", "lowrank", "share", "magnitude", "ghost", "longify", "export"}
@@ -150,12 +159,15 @@ def model_card(path: str | Path, source: str | Path | None = None, export: dict 
     size_mb = sum(f.stat().st_size for f in weight_files(path)) / 2**20 if path.is_dir() else 0.0
     b1, b32 = _latency(summary)
     custom = bool(hf.get("auto_map"))
-    tags = ["ptmlab", "text-classification", *(f"ptmlab-{m['kind']}" for m in mods if "kind" in m)]
+    name = Path(export["output"]).name if export and export.get("output") else path.name  # written before renaming
+    arch = str((hf.get("architectures") or [""])[0])
+    pipeline, what, auto = next((v for h, v in HEAD_KINDS.items() if arch.endswith(h)), TEXT_CLASSIFIER)
+    tags = ["ptmlab", pipeline, *(f"ptmlab-{m['kind']}" for m in mods if "kind" in m)]
     if cfg.get("command"):
         tags.append(f"ptmlab-{cfg['command']}")
     if export:
         tags.append(f"export-{export['format']}")
-    meta: dict = {"library_name": "transformers", "base_model": base_model, "pipeline_tag": "text-classification",
+    meta: dict = {"library_name": "transformers", "base_model": base_model, "pipeline_tag": pipeline,
                   "tags": list(dict.fromkeys(tags))}
     if task != "unknown":
         meta["datasets"] = ["nyu-mll/glue" if task in GLUE else task]
@@ -166,15 +178,15 @@ def model_card(path: str | Path, source: str | Path | None = None, export: dict 
             rows = [{"type": k.split(" ", 1)[1], "name": k, "value": round(v, 4)} for k, v in metrics.items()
                     if k.startswith(split + " ")]
             if rows:
-                results.append({"task": {"type": "text-classification"},
+                results.append({"task": {"type": pipeline},
                                 "dataset": {"name": task, "type": "nyu-mll/glue" if task in GLUE else task,
                                             **({"config": task} if task in GLUE else {}), "split": hub_split},
                                 "metrics": rows})
-        meta["model-index"] = [{"name": path.name, "results": results}]
+        meta["model-index"] = [{"name": name, "results": results}]
     labels = hf.get("id2label") or {}
     lines = ["---", yaml.safe_dump(meta, sort_keys=False).rstrip(), "---", "",
-             f"# {path.name}", "",
-             f"A text classifier made with ptmlab from `{base_name}`"
+             f"# {name}", "",
+             f"{what} made with ptmlab from `{base_name}`"
              + (f", exported as `{export['format']}`" if export else "") + ".", "",
              "## Base model", "", f"`{base_model}`" + (f" (ptmlab zoo name `{root}`)" if root in ZOO_HUB_IDS else "")
              + (f", through `{base_name}`" if base_name != root else "") + ".", "",
@@ -204,8 +216,8 @@ def model_card(path: str | Path, source: str | Path | None = None, export: dict 
         p = export["parity"]
         agree = "n/a (regression)" if p.get("label_agreement") is None else f"{p['label_agreement']:.4f}"
         lines += [f"Parity of this `{export['format']}` export with ptmlab's PyTorch model on {p['examples']} dev "
-                  f"texts of `{p['task']}`: max |logit difference| {p['max_abs_logit_diff']:.3g}, label agreement "
-                  f"{agree}.", ""]
+                  f"texts of `{p['task']}`: max |logit difference| {p['max_abs_logit_diff']:.3g}, "
+                  f"{AGREEMENT.get(p.get('kind'), 'label agreement')} {agree}.", ""]
     lines += ["## Size and speed", "",
               f"- parameters: {f'{params:,}' if params is not None else 'not counted (no safetensors weights)'}",
               f"- size on disk: {size_mb:.2f} MB",
@@ -213,13 +225,13 @@ def model_card(path: str | Path, source: str | Path | None = None, export: dict 
               "## How to load", ""]
     if export and export["format"] in ("onnx", "onnx-int8"):
         lines += ["```python", "import onnxruntime as ort",
-                  f"session = ort.InferenceSession('{path.name}/model.onnx')  # inputs: tokenizer outputs as int64",
+                  f"session = ort.InferenceSession('{name}/model.onnx')  # inputs: tokenizer outputs as int64",
                   "```", ""]
     else:
         remote = ", trust_remote_code=True" if custom else ""
-        lines += ["```python", "from transformers import AutoModelForSequenceClassification, AutoTokenizer",
-                  f"model = AutoModelForSequenceClassification.from_pretrained('{path.name}'{remote})",
-                  f"tokenizer = AutoTokenizer.from_pretrained('{path.name}'{remote})", "```", ""]
+        lines += ["```python", f"from transformers import {auto}, AutoTokenizer",
+                  f"model = {auto}.from_pretrained('{name}'{remote})",
+                  f"tokenizer = AutoTokenizer.from_pretrained('{name}'{remote})", "```", ""]
         if custom:
             lines += ["The architecture is not expressible in the stock classes, so the directory carries its "
                       "modelling code (`modeling_ptmlab.py`, torch and transformers only): read it before trusting "
@@ -227,8 +239,9 @@ def model_card(path: str | Path, source: str | Path | None = None, export: dict 
         if any(m.get("kind") == "torch_int8" for m in mods):
             lines += ["This is a torch dynamic-int8 model: load it with `ptmlab.models.zoo.load_model(DIR)`.", ""]
     lines += ["## Intended use and limits", "",
-              f"Classifying short English texts like those of `{task}`. The metrics above come from one dev split "
-              "and say little about other domains, languages or much longer inputs (texts were truncated to "
+              f"{USES.get(pipeline, 'Classifying short English texts')} like those of `{task}`. The metrics above "
+              "come from one dev split and say little about other domains, languages or much longer inputs (texts "
+              "were truncated to "
               f"{cfg.get('max_length', 'the configured')} tokens). Compressed and quantized variants can disagree "
               "with the full model on some inputs; check the parity numbers and evaluate on your own data before "
               "relying on it. Biases of the base model and of the training data carry over.", ""]

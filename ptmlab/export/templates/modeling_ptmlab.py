@@ -1,10 +1,13 @@
-"""A stock transformers sequence classifier with ptmlab's recorded architectural changes re-applied.
+"""A stock transformers model (sequence classifier, token classifier or span extractor) with ptmlab's recorded
+architectural changes re-applied.
 
 This file is copied into a directory exported by ``ptmlab export --format transformers`` and registered through
-``auto_map``, so ``AutoModelForSequenceClassification.from_pretrained(DIR, trust_remote_code=True)`` loads the
-model with only torch and transformers installed. The class subclasses the family's stock model (so weight names,
-the tokenizer and the task head are the usual ones) and, after building it, replays ``config.ptmlab_modifications``
-in order, changing shapes and adding modules exactly as ptmlab did; the saved weights then fill them:
+``auto_map``, so ``AutoModelForSequenceClassification.from_pretrained(DIR, trust_remote_code=True)`` (or
+``AutoModelForTokenClassification``, ``AutoModelForQuestionAnswering``: the class is renamed after its head at
+export) loads the model with only torch and transformers installed. The class subclasses the family's stock model
+(so weight names, the tokenizer and the task head are the usual ones) and, after building it, replays
+``config.ptmlab_modifications`` in order, changing shapes and adding modules exactly as ptmlab did; the saved
+weights then fill them:
 
 - ``structured_prune``: fewer heads per layer (q/k/v rows and attention-output columns), narrower FFNs, fewer layers;
 - ``low_rank``: a Linear replaced by two factors ``up(down(x))``;
