@@ -29,3 +29,56 @@ def test_chunk_and_pool_is_the_second_comparison():
     assert v.outcome == "not supported" and "worse than chunk-and-pool" in v.reason
     tied = {**beats_truncation, "chunk": [0.59, 0.62, 0.60]}
     assert q11_verdict(1.0, tied).outcome == "inconclusive"  # window only as good as chunking
+
+
+def test_choice_split_is_fixed_disjoint_and_whole():
+    import pytest
+
+    from ptmlab.core.errors import PtmlabError
+    from ptmlab.studies.long_attention import choice_split
+
+    fit, choose = choice_split(40, 8)
+    assert len(choose) == 8 and not set(fit) & set(choose) and sorted(fit + choose) == list(range(40))
+    assert choice_split(40, 8) == (fit, choose) and choose != list(range(8))  # a fixed shuffle, not the head
+    with pytest.raises(PtmlabError, match="--choice-docs"):
+        choice_split(10, 10)
+
+
+def test_learning_rate_is_chosen_on_training_documents_never_reported(tmp_path):
+    """--budget small chooses between two learning rates: the choosing runs train on the training documents less a
+    held-out part and are scored on that part; the reported runs use the chosen rate and are scored on the dev
+    documents. The ids (and the texts) the choice read and those the verdict reads share nothing."""
+    import json
+    import re
+
+    import yaml
+
+    from ptmlab.studies import STUDIES, load_all
+    from tests.test_studies_registry import check_judged
+
+    load_all()
+    out = tmp_path / "la"
+    assert STUDIES.get("long-attention")(["--budget", "small", "--output", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    check_judged("long-attention", res)
+    ch = res["lr_choice"]
+    assert ch["candidates"] == [5e-5, 1e-3] and ch["variant"] == "truncate"
+    assert ch["chosen"] == max(ch["candidates"], key=lambda lr: ch["accuracy"][f"{lr:g}"])
+    assert len(ch["chosen_on"]) == ch["choice_docs"] == 16 and ch["fit_docs"] == 32  # --max-train 32 beside
+    assert len(ch["reported_on"]) == res["dev_examples"] == 32
+    assert set(ch["chosen_on"]).isdisjoint(ch["reported_on"])
+    assert all(re.fullmatch(r"train:\d+", i) for i in ch["chosen_on"])
+    assert all(re.fullmatch(r"dev:\d+", i) for i in ch["reported_on"])
+
+    def texts(path):
+        return {json.loads(line)["text"] for line in path.read_text().splitlines()}
+
+    choose, fit = texts(out / "choose-lr" / "choose.jsonl"), texts(out / "choose-lr" / "fit.jsonl")
+    dev = {line.rsplit(",", 1)[0] for line in (out / "data" / "dev.csv").read_text().splitlines()[1:]}
+    assert len(choose) == 16 and not choose & fit and not choose & dev
+    for lr in ch["candidates"]:  # the choosing runs: the candidate rate, scored on the held-out training part
+        run = yaml.safe_load((out / "choose-lr" / f"truncate-lr{lr:g}" / "config.yaml").read_text())
+        assert run["lr"] == lr and run["dev_file"].endswith("choose.jsonl")
+    for v in ("truncate", "chunk", "window"):  # every reported run at the chosen rate, on the dev split
+        run = yaml.safe_load((out / f"{v}-seed0" / "config.yaml").read_text())
+        assert run["lr"] == ch["chosen"] and run["dev_file"].endswith("dev.csv")

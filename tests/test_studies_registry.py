@@ -22,6 +22,7 @@ COVERED_ELSEWHERE = {
     "multilingual-distillation": "tests/test_multilingual.py", "multitask": "tests/test_multitask.py",
     "static-vs-contextual": "tests/test_static_contextual.py", "ticket-sharing": "tests/test_ticket_sharing.py",
     "layer-ablation": "tests/test_study_suite.py", "attention-explanation": "tests/test_attention_explanation_study.py",
+    "long-attention": "tests/test_studies_long_attention.py",
 }
 
 

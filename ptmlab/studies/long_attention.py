@@ -6,6 +6,16 @@ variant (truncate, window, chunk) is above the task's majority-class accuracy by
 (``seed_accuracy``): variants near the majority class cannot show one way of reading long documents beating another.
 Q10 (latency exponents) has no condition.
 
+Choices (made before any reported number exists, never on the reported dev documents): the learning rate is
+--lr, fixed before the run, unless --lrs lists candidates. Then ``choose_lr`` holds --choice-docs documents out of
+the training split (a fixed seeded shuffle, ``choice_split``), fine-tunes the truncation variant at each candidate
+on the other training documents (first seed, the study's epochs and --max-train), scores it on the held-out ones
+and keeps the most accurate (the first given on a tie) for every variant and seed; the reported runs then train on
+the training split and are scored on the dev split, which shares no document with the choosing part. results.json
+records the candidates, their accuracies, the chosen one and the ids of the documents the choice read
+(``lr_choice.chosen_on``, ``train:<id>``) beside those the verdict reads (``reported_on``, ``dev:<id>``). Which
+variants are compared is fixed by --variants; nothing else is chosen.
+
 Verdict rule (fixed before any number is seen; ``q10_verdict``, ``q11_verdict`` and ``decide`` implement it): the
 claim is supported when both parts are, not supported when either part is not, inconclusive otherwise.
 In short (the words of ``CLAIM.rule``): Q10: the full-attention (sdpa) latency exponent over the top quarter of the
@@ -53,6 +63,7 @@ runs sharing a machine would distort.
 
 from __future__ import annotations
 
+import random
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,7 +103,7 @@ COST_HIDDEN = 384  # the MiniLM-shaped cost model (ptmlab.longseq.cost.MINILM_SH
 
 SMALL = dict(model="tiny", task="synthetic-long", max_train=32, max_eval=32, max_length=512, short_length=64,
              window=64, long_stride=32, epochs=1.0, batch_size=16, eval_batch_size=64, lengths=["64", "128", "256"],
-             reps=1, synthetic_words=240, seeds=["0"])
+             reps=1, synthetic_words=240, seeds=["0"], lrs=["5e-5", "1e-3"], choice_docs=16)
 FULL = dict(seeds=["0", "1", "2"], reps=3)
 
 
@@ -117,11 +128,25 @@ class LongAttentionArgs(StudyArgs):
     reps: int = opt(2, "best of N forward passes per cost cell")
     eager_max_gb: float = opt(2.0, "skip eager attention where its n x n scores would exceed this")
     synthetic_words: int = opt(2000, "synthetic-long task: filler words per document")
+    lrs: list[str] = opt([], "candidate learning rates, chosen on --choice-docs training documents held out of the "
+                             "choosing runs (never on the reported dev documents); empty: --lr, fixed before the run")
+    choice_docs: int = opt(50, "training documents held out to choose among --lrs (with the synthetic task: made "
+                               "beside the --max-train training documents)")
     output: str = opt("runs/study-long-attention", "output directory")
 
     @property
     def seed_list(self) -> list[int]:
         return _ints(self.seeds, "seeds")
+
+    @property
+    def lr_list(self) -> list[float]:
+        try:
+            lrs = [float(v) for v in self.lrs]
+        except ValueError:
+            raise PtmlabError(f"--lrs takes numbers separated by commas, got {','.join(self.lrs)}") from None
+        if any(not lr > 0 for lr in lrs) or len(set(lrs)) != len(lrs):
+            raise PtmlabError(f"--lrs {','.join(self.lrs)}: give distinct positive learning rates")
+        return lrs
 
     @property
     def length_list(self) -> list[int]:
@@ -136,6 +161,9 @@ class LongAttentionArgs(StudyArgs):
             raise PtmlabError("--seeds is empty: give at least one seed (2 or more for an interval)")
         if len(set(self.length_list)) < 2 or min(self.length_list) < 8:
             raise PtmlabError(f"--lengths {','.join(self.lengths)}: give at least two lengths of 8 tokens or more")
+        if len(self.lr_list) > 1 and self.choice_docs < 2:
+            raise PtmlabError(f"--choice-docs {self.choice_docs}: choosing among --lrs needs at least 2 held-out "
+                              f"training documents")
         if self.short_length > self.max_length:
             raise PtmlabError(f"--short-length {self.short_length} exceeds --max-length {self.max_length}: the "
                               f"truncated input must be the shorter one")
@@ -270,9 +298,69 @@ def _long_model(a: LongAttentionArgs, out: Path) -> str:
     return str(path)
 
 
-def run_variants(a: LongAttentionArgs, out: Path) -> tuple[list[dict], dict[str, list[float]], int, dict]:
-    """Fine-tune every variant and seed; returns per-variant rows, per-seed accuracies, the dev size and per
-    variant, per seed, per dev document 1/0 correctness (None where a run wrote no dev predictions)."""
+CHOICE_SEED = 1234  # the fixed shuffle that picks the choosing documents out of the training split
+
+
+def choice_split(n_train: int, n_choice: int) -> tuple[list[int], list[int]]:
+    """(fit, choose): positions in the training split, the choosing part ``n_choice`` documents drawn by a fixed
+    seeded shuffle, the rest to train the choosing runs on. Both sorted, disjoint, together the whole split."""
+    if not 2 <= n_choice < n_train:
+        raise PtmlabError(f"--choice-docs {n_choice} must be at least 2 and below the {n_train} training documents")
+    idx = list(range(n_train))
+    random.Random(CHOICE_SEED).shuffle(idx)
+    return sorted(idx[n_choice:]), sorted(idx[:n_choice])
+
+
+def _task_data(a: LongAttentionArgs, files: dict, seed: int, **overrides):
+    """The task's data exactly as a run with these options loads it (``--max-train`` / ``--max-eval`` included)."""
+    from ptmlab.data.taskdata import load_task_data
+    from ptmlab.train.args import FinetuneConfig
+
+    return load_task_data(command_config(a, FinetuneConfig, output="unused", test=False, seed=seed, **files,
+                                         **overrides))
+
+
+def choose_lr(a: LongAttentionArgs, out: Path, files: dict, setting: dict) -> dict | None:
+    """The learning-rate choice of the module docstring (None without candidates to choose among): the truncation
+    variant (``setting``) at every --lrs candidate, trained on the training split less the choosing part and
+    scored on the choosing part. Returns the record written to results.json as ``lr_choice``."""
+    import json
+
+    from ptmlab.core.io import atomic_write_text
+    from ptmlab.data.tasks import TASKS
+
+    lrs = a.lr_list
+    if len(lrs) < 2:
+        return None
+    data = _task_data(a, files, a.seed_list[0], max_train=None)
+    train = data.splits["train"]
+    fit, choose = choice_split(len(train), a.choice_docs)
+    names = list(data.spec.extra.get("label_names") or data.spec.labels)
+    folder = out / "choose-lr"
+    parts = {}
+    for part, idx in (("fit", fit), ("choose", choose)):
+        path = folder / f"{part}.jsonl"
+        atomic_write_text(path, "".join(json.dumps({"text": train.text[i], "label": str(names[train.label[i]])},
+                                                   ensure_ascii=False) + "\n" for i in idx))
+        parts[part] = str(path)
+    task = a.task if a.task not in TASKS else "custom"  # a registered task read from files is a custom one
+    accuracy = {}
+    for lr in lrs:
+        s = _variant(a, folder / f"truncate-lr{lr:g}", {"train_file": parts["fit"], "dev_file": parts["choose"]},
+                     seed=a.seed_list[0], lr=lr, task=task, max_eval=None, **setting)
+        accuracy[f"{lr:g}"] = float(s["metrics"]["accuracy"])
+    chosen = max(lrs, key=lambda lr: accuracy[f"{lr:g}"])  # the first given on a tie
+    ids = train.ids or list(range(len(train)))
+    return {"candidates": lrs, "chosen": chosen, "variant": "truncate", "seed": a.seed_list[0],
+            "accuracy": accuracy, "choice_docs": len(choose), "fit_docs": len(fit),
+            "chosen_on": [f"train:{ids[i]}" for i in choose]}
+
+
+def run_variants(a: LongAttentionArgs, out: Path) -> tuple[list[dict], dict[str, list[float]], int, dict,
+                                                           dict | None]:
+    """Fine-tune every variant and seed (at the learning rate ``choose_lr`` picks, where --lrs gives candidates);
+    returns per-variant rows, per-seed accuracies, the dev size, per variant, per seed, per dev document 1/0
+    correctness (None where a run wrote no dev predictions), and the choice record (``lr_choice``, or None)."""
     from ptmlab.studies.common import dev_correct
 
     files: dict = {}
@@ -280,6 +368,7 @@ def run_variants(a: LongAttentionArgs, out: Path) -> tuple[list[dict], dict[str,
         from ptmlab.longseq.synthetic import write_long_task
 
         n_train, n_dev = a.max_train or 300, a.max_eval or 100
+        n_train += a.choice_docs if len(a.lr_list) > 1 else 0
         paths = write_long_task(out / "data", n_train, n_dev, a.synthetic_words, seed=0)
         files = {"train_file": paths["train"], "dev_file": paths["dev"]}
     settings = {
@@ -291,11 +380,15 @@ def run_variants(a: LongAttentionArgs, out: Path) -> tuple[list[dict], dict[str,
         "recurrence": dict(model=a.model, max_length=a.max_length, long_strategy="recurrence",
                            long_chunk=a.short_length, long_memory=2 * a.short_length),
     }
+    choice = choose_lr(a, out, files, settings["truncate"])
+    lr = {"lr": choice["chosen"]} if choice else {"lr": a.lr_list[0]} if a.lr_list else {}
+    if choice:  # the documents every reported run is scored on, as each seed's run loads them
+        choice["reported_on"] = sorted({f"dev:{i}" for s in a.seed_list for i in _dev_ids(a, files, s)})
     if "window" in a.variants:
         settings["window"]["model"] = _long_model(a, out)
     rows, acc, n_dev, correct = [], {}, 0, {}
     for v in a.variants:
-        summaries = [_variant(a, out / f"{v}-seed{s}", files, seed=s, **settings[v]) for s in a.seed_list]
+        summaries = [_variant(a, out / f"{v}-seed{s}", files, seed=s, **lr, **settings[v]) for s in a.seed_list]
         acc[v] = [float(s["metrics"]["accuracy"]) for s in summaries]
         correct[v] = [dev_correct(out / f"{v}-seed{s}") for s in a.seed_list]
         n_dev = summaries[0]["eval_examples"]
@@ -305,7 +398,12 @@ def run_variants(a: LongAttentionArgs, out: Path) -> tuple[list[dict], dict[str,
                      "accuracy_seeds": " ".join(f"{x:.4f}" for x in acc[v]), "macro_f1": statistics.mean(f1),
                      "train_s": statistics.mean(s["train_seconds"] for s in summaries),
                      "train_docs_per_s": statistics.mean(s["train_examples_per_second"] for s in summaries)})
-    return rows, acc, n_dev, correct
+    return rows, acc, n_dev, correct, choice
+
+
+def _dev_ids(a: LongAttentionArgs, files: dict, seed: int) -> list:
+    dev = _task_data(a, files, seed).splits["dev"]
+    return dev.ids or list(range(len(dev)))
 
 
 @STUDIES.register("long-attention", help="Q10/Q11: is full attention quadratic, and window attention the linear "
@@ -313,7 +411,8 @@ def run_variants(a: LongAttentionArgs, out: Path) -> tuple[list[dict], dict[str,
 def run(argv: list[str]) -> int:
     a = parse_study_args("long-attention", LongAttentionArgs, argv, __doc__, small=SMALL, full=FULL)
     out = Path(a.output)
-    var_rows, acc, n_dev, correct = run_variants(a, out)  # fine-tuning first: memory measurement slows the allocator
+    # fine-tuning first: memory measurement slows the allocator
+    var_rows, acc, n_dev, correct, choice = run_variants(a, out)
     cost_rows = measure_costs(a.length_list, a.window, a.reps, a.eager_max_gb)
     longest = max(a.length_list)
     exp = {impl: top_exponent(cost_rows, impl) for impl in IMPLS}
@@ -340,7 +439,7 @@ def run(argv: list[str]) -> int:
                 verdict, figures, extra={"q10": q10.outcome, "q11": q11.outcome, "parts": [q10.to_dict(),
                                                                                          q11.to_dict()],
                                          "cost_rows": cost_rows, "seed_accuracy": acc, "dev_examples": n_dev,
-                                         "seed_correct": correct},
+                                         "seed_correct": correct, "lr_choice": choice},
                 columns=columns, claim=CLAIM, budget=a.budget, seeds=a.seed_list, validity=validity)
     return 0
 
