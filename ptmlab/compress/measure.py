@@ -22,11 +22,14 @@ class Measurer:
         self.latency_repeats = latency_repeats or getattr(cfg, "latency_repeats", 5)
         self.data = data if data is not None else load_task_data(cfg, need_train=False)
         self.spec = self.data.spec
-        self.texts = list(self.data.splits["dev"].text[:64])
+        dev = self.data.splits["dev"]
+        self.texts = latency_texts(dev, self.spec.kind)
+        self.latency_length = getattr(dev, "window", None) or cfg.max_length  # QA: its windows' length
         self._enc: dict[int, object] = {}
         self.tokenizer = tokenizer
 
-    def dev(self, model, tokenizer=None) -> float:
+    def dev_metrics(self, model, tokenizer=None) -> dict[str, float]:
+        """The task's own dev scores (accuracy, ...; entity P/R/F1; SQuAD exact match and F1)."""
         from ptmlab.data.encode import encode_split
         from ptmlab.train.evaluate import evaluate
 
@@ -34,19 +37,28 @@ class Measurer:
         if id(tok) not in self._enc:
             self._enc[id(tok)] = encode_split(tok, self.data.splits["dev"], self.cfg.max_length)
         metrics, _ = evaluate(model, self._enc[id(tok)], self.spec, tok.pad_token_id or 0, self.cfg.eval_batch_size)
-        return round(metrics[self.spec.main_metric], 4)
+        return {k: round(float(v), 4) for k, v in metrics.items()}
 
-    def row(self, name: str, model, size_mb: float | None, tokenizer=None, params: int | None = None) -> dict:
+    def dev(self, model, tokenizer=None) -> float:
+        return self.dev_metrics(model, tokenizer)[self.spec.main_metric]
+
+    def row(self, name: str, model, size_mb: float | None, tokenizer=None, params: int | None = None,
+            with_metrics: bool = False) -> dict:
+        """``with_metrics``: also every dev score of the task (``dev_metrics``), not only its main metric."""
         from ptmlab.models.latency import measure_latency, parameter_count
 
         tok = tokenizer or self.tokenizer
         reps = self.latency_repeats
-        row = {"variant": name, "dev": self.dev(model, tok),
+        metrics = self.dev_metrics(model, tok)
+        length = self.latency_length
+        row = {"variant": name, "dev": metrics[self.spec.main_metric],
                "params": params if params is not None else parameter_count(model) or None, "size_mb": size_mb,
                "latency_b1_ms": round(measure_latency(model, tok, self.texts, 1, repeats=reps * 2,
-                                                      max_length=self.cfg.max_length), 2),
+                                                      max_length=length), 2),
                "latency_b32_ms": round(measure_latency(model, tok, self.texts, 32, repeats=reps,
-                                                       max_length=self.cfg.max_length), 2)}
+                                                       max_length=length), 2)}
+        if with_metrics:
+            row["dev_metrics"] = metrics
         print(f"  {name}: dev {self.spec.main_metric} {row['dev']:.4f}, {size_mb} MB, "
               f"b32 {row['latency_b32_ms']} ms")
         return row
@@ -59,6 +71,16 @@ class Measurer:
         with tempfile.TemporaryDirectory() as tmp:
             save_model(model, None, tmp)
             return round(size_on_disk_mb(tmp), 2)
+
+
+def latency_texts(split, kind: str, n: int = 64) -> list[str]:
+    """The first ``n`` dev inputs as the texts latency is timed on: a sentence (pair's first text), a tagger's words
+    joined by spaces, a question followed by its context (cut to the window by the tokenizer)."""
+    if kind == "token-classification":
+        return [" ".join(words) for words in split.tokens[:n]]
+    if kind == "extractive-qa":
+        return [f"{q} {c}" for q, c in zip(split.questions[:n], split.contexts[:n], strict=True)]
+    return list(split.text[:n])
 
 
 def add_ratios(rows: list[dict], baseline: dict) -> list[dict]:

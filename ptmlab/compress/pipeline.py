@@ -3,7 +3,10 @@
 A step is ``fn(state, arg) -> None`` registered in ``STEPS``; it changes ``state.model`` / ``state.tokenizer``.
 Structural steps (heads, ffn, params, layers, magnitude, lowrank, share) are followed by recovery fine-tuning
 when ``--recover-epochs`` > 0; lowrank and share must follow every slicing step.
-``int8`` (onnxruntime dynamic int8) ends the pipeline: the result is an ONNX file.
+``int8`` (onnxruntime dynamic int8) ends the pipeline: the result is an ONNX file. With ``--distill-alpha`` every
+recovery distils from the model as it was before the first structural step (``prune.teacher_loss``: sentence
+logits, or per-word / start-end soft targets for token classification and QA). Every task kind runs every step;
+rows are scored with the task's own metrics (``dev_metrics``).
 """
 
 from __future__ import annotations
@@ -30,10 +33,19 @@ class CompressConfig(ModelArgs, DataArgs, TrainArgs):
     importance_examples: int = opt(500, "training examples used to score heads and neurons")
     recover_epochs: float = opt(1.0, "recovery fine-tuning epochs after each structural step (0: none)")
     latency_repeats: int = opt(5, "timed repeats per latency measurement (median reported)")
+    distill_alpha: float = opt(0.0, "recovery: weight of soft_ce to the outputs of the model before the first "
+                                    "structural step (1 - alpha on the labels); 0: plain fine-tuning")
+    distill_temperature: float = opt(2.0, "recovery: soft_ce temperature (the KL term is scaled by T^2)")
 
     def validate(self) -> None:
         self.validate_data()
         self.validate_train()
+        if not 0 <= self.distill_alpha <= 1:
+            raise PtmlabError(f"--distill-alpha {self.distill_alpha} is out of range: give a weight in [0, 1]")
+        if not self.distill_temperature > 0:
+            raise PtmlabError(f"--distill-temperature must be positive, got {self.distill_temperature}")
+        if self.distill_alpha and not self.recover_epochs > 0:
+            raise PtmlabError("--distill-alpha applies to recovery fine-tuning: pass --recover-epochs > 0")
         IMPORTANCE.get(self.importance)
         parsed = [parse_step(s) for s in self.steps]
         if not parsed:
@@ -48,6 +60,10 @@ class CompressConfig(ModelArgs, DataArgs, TrainArgs):
                                   f"before low-rank factorisation or weight sharing")
         if self.recover_epochs < 0:
             raise PtmlabError(f"--recover-epochs must be >= 0, got {self.recover_epochs}")
+        names = [n for n, _ in parsed]
+        if self.distill_alpha and "vocab" in names and any(n in RECOVERED_STEPS for n in names[:names.index("vocab")]):
+            raise PtmlabError("step 'vocab' must come before every recovered step with --distill-alpha: the teacher "
+                              "reads the token ids of the vocabulary it was given")
 
 
 def parse_step(text: str) -> tuple[str, str | None]:
@@ -65,6 +81,7 @@ class State:
     work: Path
     onnx: Path | None = None
     info: dict = field(default_factory=dict)
+    loss_fn: object = None  # recovery's distillation loss (--distill-alpha), made once before the first change
 
 
 def _fraction(name: str, arg: str | None) -> float:
@@ -89,6 +106,15 @@ def _importance(st: State):
 
 
 SLICING_STEPS = ("heads", "ffn", "params", "layers", "magnitude")
+RECOVERED_STEPS = (*SLICING_STEPS, "lowrank", "share")
+
+
+def _teacher(st: State) -> None:
+    """Before the first structural change: with --distill-alpha, the loss recovery distils the model as it is with."""
+    from ptmlab.compress.prune import teacher_loss
+
+    if st.cfg.distill_alpha > 0 and st.cfg.recover_epochs > 0 and st.loss_fn is None:
+        st.loss_fn = teacher_loss(st.model, st.data, st.tokenizer, st.cfg)
 
 
 def _recover(st: State) -> None:
@@ -100,14 +126,16 @@ def _recover(st: State) -> None:
         run = RunDir(st.work / f"recover-{n}")
         run.path.mkdir(parents=True)
         st.model, summary = recover(st.model, st.tokenizer, st.data, st.cfg, run, st.cfg.recover_epochs, test=False,
-                                    final=False)
+                                    loss_fn=st.loss_fn, final=False)
         st.info["recovery_train_examples"] = summary["recovery_train_examples"]
 
 
 def _structural(st: State, **target) -> None:
     from ptmlab.compress.prune import prune_by_target
 
-    st.info.update(prune_by_target(st.model, _importance(st), **target))
+    imp = _importance(st)
+    _teacher(st)
+    st.info.update(prune_by_target(st.model, imp, **target))
     _recover(st)
 
 
@@ -139,7 +167,9 @@ def _layers(st: State, arg: str | None) -> None:
 def _magnitude(st: State, arg: str | None) -> None:
     from ptmlab.compress.magnitude import apply_masks, magnitude_prune, zero_masks
 
-    info = magnitude_prune(st.model, _fraction("magnitude", arg))
+    fraction = _fraction("magnitude", arg)
+    _teacher(st)
+    info = magnitude_prune(st.model, fraction)
     st.info["magnitude_sparsity"] = info["sparsity_encoder_linear"]
     masks = zero_masks(st.model)
     _recover(st)
@@ -154,6 +184,7 @@ def _lowrank(st: State, arg: str | None) -> None:
         ratio = float(arg)
     except (TypeError, ValueError):
         raise PtmlabError(f"step 'lowrank' needs a rank ratio like lowrank=0.25, got 'lowrank={arg}'") from None
+    _teacher(st)
     st.info["lowrank_ranks"] = low_rank(st.model, ratio=ratio)["ranks"]
     _recover(st)
 
@@ -167,6 +198,7 @@ def _share(st: State, arg: str | None) -> None:
         groups = int(arg)
     except (TypeError, ValueError):
         raise PtmlabError(f"step 'share' needs a number of layer groups like share=3, got 'share={arg}'") from None
+    _teacher(st)
     share_layers(st.model, even_groups(structure_of(st.model).num_layers(st.model), groups))
     st.info["share_groups"] = groups
     _recover(st)
@@ -178,9 +210,14 @@ def _vocab(st: State, arg: str | None) -> None:
 
     texts, pairs = [], []
     for split in st.data.splits.values():
-        texts += list(split.text)
-        if getattr(split, "text_pair", None) is not None:
-            pairs += list(split.text_pair)
+        if st.data.spec.kind == "token-classification":
+            texts += [" ".join(words) for words in split.tokens]
+        elif st.data.spec.kind == "extractive-qa":
+            texts, pairs = texts + list(split.questions), pairs + list(split.contexts)
+        else:
+            texts += list(split.text)
+            if getattr(split, "text_pair", None) is not None:
+                pairs += list(split.text_pair)
     st.tokenizer, info = prune_vocabulary(st.model, st.tokenizer, texts, pairs or None)
     st.info.update(info)
 
@@ -237,7 +274,7 @@ def run_compress(cfg: CompressConfig, source=None) -> list[dict]:
 
     check_no_ghost(model, "compress")
     meas = Measurer(cfg, tokenizer, data=data)
-    rows = [meas.row("original", model, meas.saved_size(model))]
+    rows = [meas.row("original", model, meas.saved_size(model), with_metrics=True)]
     with tempfile.TemporaryDirectory(prefix="ptmlab-compress-") as tmp:
         st = State(cfg, model, tokenizer, data, Path(tmp))
         applied = []
@@ -246,7 +283,8 @@ def run_compress(cfg: CompressConfig, source=None) -> list[dict]:
             print(f"compress step: {text}")
             STEPS.get(name)(st, arg)
             applied.append(text)
-            rows.append(meas.row("+".join(applied), st.model, _size(st, meas), tokenizer=st.tokenizer))
+            rows.append(meas.row("+".join(applied), st.model, _size(st, meas), tokenizer=st.tokenizer,
+                                 with_metrics=True))
         run = RunDir.create(cfg.output, cfg.overwrite)
         run.write_config(config_to_dict(cfg), "compress")
         if st.onnx is not None:
@@ -256,7 +294,11 @@ def run_compress(cfg: CompressConfig, source=None) -> list[dict]:
             save_model(_ConfigOnly(st.model.config), st.tokenizer, run.path)
         elif not any(name == "torch-int8" for name, _ in map(parse_step, cfg.steps)):
             save_model(st.model, st.tokenizer, run.path)
-    write_table_report(run, "Compression pipeline", rows, baseline=rows[0], extra={"steps": cfg.steps, **st.info})
+    recovery = (f"soft_ce (alpha {cfg.distill_alpha:g}, T {cfg.distill_temperature:g}) to the model before the first "
+                f"structural step" if st.loss_fn is not None else "task loss")
+    write_table_report(run, "Compression pipeline", rows, baseline=rows[0],
+                       extra={"steps": cfg.steps, "task": data.spec.name, "task_kind": data.spec.kind,
+                              "main_metric": data.spec.main_metric, "recovery_loss": recovery, **st.info})
     from ptmlab.report.model_card import write_model_card
 
     write_model_card(run.path)

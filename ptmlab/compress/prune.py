@@ -4,7 +4,8 @@ Each iteration scores heads and FFN neurons on a training subset, removes the le
 slicing, ``surgery.prune_structure``) and, with ``recover_epochs > 0``, fine-tunes the pruned model; the last
 iteration's fine-tuning run is the output run directory (earlier iterations log under
 OUT/recovery/step-K). With ``distill_alpha > 0`` recovery minimises
-``ptmlab.distill``'s ``soft_ce`` against the unpruned model's logits (the Trainer's ``loss_fn``).
+``ptmlab.distill``'s ``soft_ce`` against the unpruned model's logits (the Trainer's ``loss_fn``; per word or per
+start/end position for token classification and QA: ``teacher_loss``).
 """
 
 from __future__ import annotations
@@ -119,6 +120,26 @@ def distill_loss(teacher, alpha: float, temperature: float = 2.0, regression: bo
     return loss
 
 
+def teacher_loss(model, data, tokenizer, cfg):
+    """The recovery loss that distils from ``model`` as it is now (the unpruned model) with ``cfg.distill_alpha``
+    and ``cfg.distill_temperature``: ``distill_loss`` on a copy of it for a sentence task; for token
+    classification and extractive QA ``ptmlab.distill``'s per-word / start-end soft-target loss
+    (``distill.spans.span_kd_loss``), its logits over the training features computed here, once."""
+    from ptmlab.data.tasks import SPAN_KINDS
+
+    kind = data.spec.kind
+    if kind not in SPAN_KINDS:
+        return distill_loss(copy.deepcopy(model).eval(), cfg.distill_alpha, cfg.distill_temperature,
+                            kind == "regression")
+    from ptmlab.data.encode import encode_split
+    from ptmlab.distill.spans import span_kd_loss
+    from ptmlab.train.spans import span_logits
+
+    feats = encode_split(tokenizer, data.splits["train"], cfg.max_length)  # as recovery's fine_tune encodes it
+    logits = span_logits(model, feats, cfg.eval_batch_size, desc="teacher outputs")
+    return span_kd_loss(logits, kind == "extractive-qa", cfg.distill_temperature, cfg.distill_alpha)
+
+
 def recovery_config(cfg, out: Path, epochs: float, test: bool | None = None) -> FinetuneConfig:
     """The fine-tuning options of a recovery run: the command's own training options, ``epochs`` of them."""
     values = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(FinetuneConfig) if hasattr(cfg, f.name)}
@@ -194,14 +215,9 @@ def run_prune(cfg: PruneConfig, source=None) -> dict:
 
     data, tokenizer, model = load_for_change(cfg, "prune", source=source)
     spec = data.spec
-    if cfg.distill_alpha > 0 and spec.kind in ("token-classification", "extractive-qa"):
-        raise PtmlabError(f"--distill-alpha recovers sentence tasks from the unpruned model's logits; a {spec.kind} "
-                          f"model recovers with its task loss: drop --distill-alpha")
     run = open_change_run(cfg, "prune")
-    teacher = copy.deepcopy(model).eval() if cfg.distill_alpha > 0 else None
     # one loss for every iteration: the unpruned teacher's logits are computed once per example and kept
-    loss_fn = distill_loss(teacher, cfg.distill_alpha, cfg.distill_temperature,
-                           spec.kind == "regression") if teacher is not None else None
+    loss_fn = teacher_loss(model, data, tokenizer, cfg) if cfg.distill_alpha > 0 else None
     layers = sorted({int(x) for x in cfg.layers})
     pad_id = tokenizer.pad_token_id or 0
     imp_enc = encode_split(tokenizer, subset(data.splits["train"], cfg.importance_examples, cfg.seed), cfg.max_length)
@@ -246,7 +262,7 @@ def run_prune(cfg: PruneConfig, source=None) -> dict:
         "heads": sum(heads_per_layer(model)), "heads_per_layer": heads_per_layer(model),
         "ffn_per_layer": ffn_per_layer(model), "prune_steps": steps, "main_metric": spec.main_metric,
         "recovery_loss": (f"soft_ce (alpha {cfg.distill_alpha:g}, T {cfg.distill_temperature:g}) to the unpruned "
-                          f"model" if teacher is not None and cfg.recover_epochs > 0 else "task loss"),
+                          f"model" if loss_fn is not None and cfg.recover_epochs > 0 else "task loss"),
     })
     run.write_summary(summary)
     write_model_card(run.path)  # after the final summary, so the card carries the pruned sizes
