@@ -131,8 +131,8 @@ def test_int8_steps_keep_the_span_scores(kind, step, tagger, reader):
 def test_distilled_recovery_matches_the_teacher_feature_by_feature(kind, tagger, reader):
     """At alpha 1 the loss against the unchanged model itself is 0 on every training feature (the teacher's logits
     line up with the batches recovery trains on), and pruning moves it off 0; at alpha 0 it is the task loss."""
-    from ptmlab.compress.prune import PruneConfig, prune_by_target, teacher_loss
     from ptmlab.compress.importance import compute_importance
+    from ptmlab.compress.prune import PruneConfig, prune_by_target, teacher_loss
     from ptmlab.core.config import build_config
     from ptmlab.data.encode import encode_split
     from ptmlab.data.taskdata import load_task_data
