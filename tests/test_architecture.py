@@ -35,7 +35,8 @@ FLOORS = {
 CAPABILITIES = {name for name, floor in FLOORS.items() if floor == 3}
 # capability -> the other capabilities' public functions it may call (module paths)
 PUBLIC = {
-    "compress": {"ptmlab.distill.losses"},  # recovery with a teacher uses distill's soft_ce
+    "compress": {"ptmlab.distill.losses", "ptmlab.distill.spans"},  # recovery with a teacher: distill's soft_ce
+    # (per word or per start/end position for span tasks)
     "scaling": {"ptmlab.pretrain.run", "ptmlab.pretrain.config", "ptmlab.pretrain.flops"},  # sweeps of runs
     "export": {"ptmlab.compress.quantize"},  # ONNX export, onnxruntime int8, the int8 layer choice
 }
