@@ -9,8 +9,11 @@ holds one batch whatever the data size; training reads back the examples of its 
 memory map would count every page an epoch touched). The index is written last and names the data size, so a
 killed computation leaves no entry that could be trusted.
 
-Stored per example, at its real length n, only what a loss reads:
-    logits [C] fp32;  hidden / embeddings [n, H];  cls [H]
+The cached unit is whatever the training data's batch source indexes: a sentence (pair), a tagged sentence, or
+one window of a question's context (extractive QA with a document stride). Stored per example, at its real length
+n, only what a loss reads:
+    logits [C] fp32 (token classification [n, C], extractive QA [n, 2]: start and end)
+    hidden / embeddings [n, H];  cls [H]
     attention, qk_relation: whichever is smaller, the map [heads, n, n] or the projections q, k [2, n, H] from
     which the map is recomputed on reading, as the teacher's attention computes it (softmax(q k^T / sqrt(d)));
     vv_relation: the map or v [1, n, H].
@@ -35,7 +38,7 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.core.progress import progress
 from ptmlab.data.batching import collate, eval_batches
 from ptmlab.data.encode import Encoded, cache_dir
-from ptmlab.distill.features import FeatureTap, relation
+from ptmlab.distill.features import FeatureTap, output_logits, relation
 from ptmlab.models.loader import model_inputs
 
 PLAIN, MAP, PROJ = 0, 1, 2  # how one example's feature is stored (column 0 of its shape row)
@@ -63,7 +66,10 @@ class Shapes:
         self.heads = getattr(c, "num_attention_heads", getattr(c, "n_heads", 1)) or 1
         self.rel_heads = relation_heads or self.heads
         sentence = getattr(teacher, "pooling", None) is not None  # a SentenceEncoder's outputs are its vectors
-        self.out = self.hidden if sentence else getattr(c, "num_labels", 2)
+        head = type(teacher).__name__
+        self.qa = head.endswith("ForQuestionAnswering")
+        self.per_token = self.qa or head.endswith("ForTokenClassification")  # logits at every position
+        self.out = self.hidden if sentence else 2 if self.qa else getattr(c, "num_labels", 2)
         p = next(teacher.parameters(), None)
         self.dtype = p.dtype if p is not None and p.dtype in (torch.float16, torch.bfloat16) else torch.float16
 
@@ -80,7 +86,7 @@ class Shapes:
         """Stored elements per example for n tokens (vectorised over examples)."""
         n = np.asarray(n, dtype=np.int64)
         if feature == "logits":
-            return np.full_like(n, self.out)
+            return n * self.out if self.per_token else np.full_like(n, self.out)
         if feature == "cls":
             return np.full_like(n, self.hidden)
         if feature in TOKENS:
@@ -162,7 +168,7 @@ class _Reader:
         rows = []
         for i in idx:
             x = self.example(key, i)
-            if key[0] in TOKENS:
+            if key[0] in TOKENS or x.dim() == 2:  # logits per token too
                 x = F.pad(x, (0, 0, 0, length - x.shape[0]))
             elif key[0] in MAPS:
                 pad = length - x.shape[-1]
@@ -243,7 +249,7 @@ class LiveTeacher(_Reader):
         self._all_logits: torch.Tensor | None = None
 
     def _run(self, idx: list[int]) -> None:
-        self.run_batch(collate(self.enc, idx, self.pad_id), idx)
+        self.run_batch(batch_of(self.enc, idx, self.pad_id), idx)
 
     @torch.no_grad()
     def run_batch(self, batch: dict, idx: list[int]) -> None:
@@ -257,8 +263,9 @@ class LiveTeacher(_Reader):
         m = mask.float()
         self._feats = {}
         for k in self.needs:  # padding zeroed, as in the cache
-            x = (out.logits if k[0] == "logits" else self.tap.feature(k[0], k[1], mask, self.relation_heads)).float()
-            if k[0] in TOKENS:
+            x = (output_logits(out) if k[0] == "logits"
+                 else self.tap.feature(k[0], k[1], mask, self.relation_heads)).float()
+            if k[0] in TOKENS or x.dim() == 3:  # logits per token too
                 x = x * m[:, :, None]
             elif k[0] in MAPS:
                 x = x * m[:, None, :, None] * m[:, None, None, :]
@@ -271,7 +278,7 @@ class LiveTeacher(_Reader):
         if self._idx != list(idx):
             self._run(list(idx))
         x = self._feats[key]
-        if key[0] in TOKENS:
+        if key[0] in TOKENS or (key[0] == "logits" and x.dim() == 3):
             x = F.pad(x, (0, 0, 0, length - x.shape[1])) if length >= x.shape[1] else x[:, :length]
         elif key[0] in MAPS:
             pad = length - x.shape[-1]
@@ -285,9 +292,9 @@ class LiveTeacher(_Reader):
                 self.teacher.eval()
                 device = next(self.teacher.parameters()).device
                 for idx in eval_batches(self.enc.lengths, self.batch_size):
-                    batch = collate(self.enc, idx, self.pad_id)
+                    batch = batch_of(self.enc, idx, self.pad_id)
                     inputs = {k: v.to(device) for k, v in model_inputs(self.teacher, batch).items()}
-                    out = self.teacher(**inputs).logits.float().cpu()
+                    out = output_logits(self.teacher(**inputs)).float().cpu()
                     parts.update(zip(idx, out, strict=True))
                     self.batches_run += 1
             self._all_logits = torch.stack([parts[i] for i in range(len(self.enc))]) if parts else torch.zeros(0)
@@ -295,12 +302,20 @@ class LiveTeacher(_Reader):
 
 
 # ------------------------------------------------------------------------------------------- computing
+def batch_of(enc, idx: list[int], pad_id: int) -> dict:
+    """The input tensors of examples ``idx``, as the training loop builds them: the data's own ``make_batch``
+    (tagged sentences, QA windows) or the sentence collation."""
+    make = getattr(enc, "make_batch", None)
+    return make(idx) if make is not None else collate(enc, idx, pad_id)
+
+
 def _data_hash(enc: Encoded) -> str:
     h = hashlib.sha256()
+    types = getattr(enc, "token_type_ids", None)
     for i, ids in enumerate(enc.input_ids):
         h.update(np.asarray(ids, dtype=np.int32).tobytes())
-        if enc.token_type_ids is not None:
-            h.update(bytes(enc.token_type_ids[i]))
+        if types is not None:
+            h.update(bytes(types[i]))
         h.update(b"|")
     return h.hexdigest()
 
@@ -451,7 +466,7 @@ def compute(teacher, enc: Encoded, pad_id: int, needs: set[tuple[str, int]], sha
     tap = FeatureTap(teacher, {k for k in needs if k[0] != "logits"}, who="teacher")
     try:
         for idx in progress(eval_batches(enc.lengths, batch_size), desc=desc, unit="batch"):
-            batch = collate(enc, idx, pad_id)
+            batch = batch_of(enc, idx, pad_id)
             inputs = {k: v.to(device) for k, v in model_inputs(teacher, batch).items()}
             out = tap.run(teacher, inputs)
             mask = inputs["attention_mask"]
@@ -474,8 +489,9 @@ def _store_batch(writer: _Writer, tap: FeatureTap, out, key, name, idx, enc: Enc
     feature, layer = key
     lengths = [len(enc.input_ids[i]) for i in idx]
     if feature == "logits":
-        for row, i in enumerate(idx):
-            writer.put(name, i, PLAIN, out.logits[row].float())
+        logits = output_logits(out)
+        for row, (i, n) in enumerate(zip(idx, lengths, strict=True)):
+            writer.put(name, i, PLAIN, (logits[row, :n] if shapes.per_token else logits[row]).float())
         return
     dtype = shapes.dtype
     if feature not in MAPS:

@@ -3,7 +3,8 @@
 Raw hooks record the embedding output, each layer's output and the outputs of its query/key/value projections;
 ``feature`` turns them into what a loss compares, per example and padded to the batch:
 
-    logits [B, C]   embeddings / hidden [B, T, H]   cls [B, H]   attention [B, heads, T, T]
+    logits [B, C] (per token [B, T, C]; span extractors [B, T, 2], start and end)
+    embeddings / hidden [B, T, H]   cls [B, H]   attention [B, heads, T, T]
     qk_relation / vv_relation [B, R, T, T]   (MiniLM: R relation heads, any width)
 
 Attention probabilities are recomputed as softmax(q k^T / sqrt(d) + mask) from the projections, which is what
@@ -23,6 +24,15 @@ from ptmlab.models.structure import structure_of
 FEATURES = ("logits", "embeddings", "hidden", "cls", "attention", "qk_relation", "vv_relation")
 _RAW_FOR = {"embeddings": ("embeddings",), "hidden": ("out",), "cls": ("out",), "attention": ("q", "k"),
             "qk_relation": ("q", "k"), "vv_relation": ("v",)}
+
+
+def output_logits(out) -> torch.Tensor:
+    """A model output's logits: [B, C] per sentence, [B, T, C] per token, or [B, T, 2] for a span extractor (its
+    start and end logits over the positions, stacked on the last axis)."""
+    logits = getattr(out, "logits", None)
+    if logits is not None:
+        return logits
+    return torch.stack([out.start_logits, out.end_logits], -1)
 
 
 def layered(feature: str) -> bool:

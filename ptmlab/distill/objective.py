@@ -1,5 +1,7 @@
 """The distillation loss the Trainer calls: one student forward pass with hooks, cached teacher features looked
-up by the batch's example ids, and the weighted sum of every match's loss, per example."""
+up by the batch's example ids, and the weighted sum of every match's loss, per example. The same for every task
+kind: a sentence, a tagged sentence or a QA window is one example; only ``soft_ce`` reads the head's logits
+differently (``span``)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import torch
 from torch import nn
 
 from ptmlab.distill.cache import TeacherOutputs
-from ptmlab.distill.features import FeatureTap, layered
+from ptmlab.distill.features import FeatureTap, layered, output_logits
 from ptmlab.distill.losses import LossContext, load_losses
 from ptmlab.distill.matches import Match, ModelInfo
 from ptmlab.models.loader import model_inputs
@@ -18,8 +20,9 @@ class DistillObjective(nn.Module):
 
     def __init__(self, student: nn.Module, matches: list[Match], teacher_out: TeacherOutputs, student_info: ModelInfo,
                  teacher_info: ModelInfo, *, temperature: float = 2.0, alpha: float = 0.5, regression: bool = False,
-                 relation_heads: int | None = None):
+                 relation_heads: int | None = None, span: str | None = None):
         super().__init__()
+        self.span = span  # None (a label per example), "tokens" (a tag per token), "positions" (answer start/end)
         self.matches = matches
         self.teacher_out = teacher_out
         self.temperature, self.alpha, self.regression = temperature, alpha, regression
@@ -39,12 +42,12 @@ class DistillObjective(nn.Module):
         out = self.tap.run(model, model_inputs(model, batch))
         mask = batch["attention_mask"]
         idx = batch["index"].tolist()
-        ctx = LossContext(mask, batch.get("labels"), self.regression, self.temperature, self.alpha)
+        ctx = LossContext(mask, batch_labels(batch), self.regression, self.temperature, self.alpha, self.span)
         total = torch.zeros(len(idx), device=mask.device)
         parts: dict[str, float] = {}
         for j, m in enumerate(self.matches):
             if m.feature == "logits":
-                s = out.logits
+                s = output_logits(out)
             else:
                 s = self.tap.feature(m.feature, m.student if layered(m.feature) else -1, mask, self.relation_heads)
             if str(j) in self.projections:
@@ -60,3 +63,10 @@ class DistillObjective(nn.Module):
     def detach(self) -> None:
         """Remove the student's hooks (before saving or serving it)."""
         self.tap.remove()
+
+
+def batch_labels(batch: dict) -> torch.Tensor | None:
+    """The hard labels soft_ce mixes in: a label per example, tags [B, T], or an answer's (start, end) [B, 2]."""
+    if "start_positions" in batch:
+        return torch.stack([batch["start_positions"], batch["end_positions"]], 1)
+    return batch.get("labels")

@@ -86,13 +86,12 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
     from ptmlab.data.taskdata import label_names, load_task_data
     from ptmlab.distill.cache import Shapes, check_fits, teacher_outputs
     from ptmlab.distill.multitask import is_multitask_distill, run_multitask_distill
-    from ptmlab.distill.objective import DistillObjective
     from ptmlab.distill.report import write_distill_report
     from ptmlab.distill.students import build_student
     from ptmlab.distill.teacher import fingerprint, load_teacher
     from ptmlab.models.zoo import load_tokenizer
     from ptmlab.train.evaluate import logits_to_predictions
-    from ptmlab.train.lifecycle import fine_tune, finish_run, mark_stage, prepare_run
+    from ptmlab.train.lifecycle import finish_run, mark_stage, prepare_run
 
     if not cfg.teacher:
         raise PtmlabError("no teacher: pass --teacher RUN_DIR (a fine-tuned run) or a model with a task head")
@@ -103,7 +102,7 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
     cfg, resume = restart_unless_checkpointed(cfg, resume)
     session = prepare_run(cfg, command, resume=resume)
     data = load_task_data(cfg, source=source)
-    if data.spec.kind in SPAN_KINDS:  # soft targets per word, or over start and end positions
+    if data.spec.kind in SPAN_KINDS:  # soft targets per word or over start and end positions, layer losses
         from ptmlab.distill.spans import run_span_distill
 
         return run_span_distill(cfg, session, data, command, resume)
@@ -115,17 +114,8 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
     own_tokenizer = not cfg.student.startswith(BUILT_FROM_TEACHER)
     s_tok = load_tokenizer(cfg.student) if own_tokenizer else t_tok
     s_info, t_info = ModelInfo.of(student), ModelInfo.of(teacher)
-    matches = build_matches(cfg, s_info, t_info)
-    uses_relations = any(m.feature in ("qk_relation", "vv_relation") for m in matches)
-    relation_heads = (cfg.relation_heads or t_info.heads) if uses_relations else None  # part of the cache key
+    matches, relation_heads = match_plan(cfg, s_info, t_info)
     layer_matches = [m for m in matches if m.feature != "logits"]
-    pred_matches = [m for m in matches if m.feature == "logits"]
-    if cfg.intermediate_epochs and not (layer_matches and pred_matches):
-        raise PtmlabError("--intermediate-epochs needs layer losses and soft_ce (e.g. --losses "
-                          "soft_ce,hidden_mse,attention_kl)")
-    if cfg.general_text and not layer_matches:
-        raise PtmlabError("--general-text needs layer losses (hidden_mse, attention_kl, ...): general "
-                          "distillation has no labels to match logits on")
 
     pad_t = t_tok.pad_token_id or 0
     enc = {name: encode_split(s_tok, split, cfg.max_length) for name, split in data.splits.items()}
@@ -164,32 +154,10 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
         general = (g_enc, outputs(g_enc, needs, "general text"))
 
     kw = dict(temperature=cfg.temperature, alpha=cfg.alpha, regression=regression, relation_heads=relation_heads)
-    stage_cfg = dataclasses.replace(cfg, keep_best=False, max_steps=0, early_stopping=0, save_steps=10**9)
-    stage_log = []
-    for stage in plan_stages(cfg, matches, train_enc, t_out, general):
-        if not stage.final and resume:
-            continue  # ran before the kill
-        mark_stage(run, stage.name, examples=len(stage.enc), resume=resume)
-        objective = DistillObjective(student, stage.matches, stage.teacher_out, s_info, t_info, **kw)
-        if stage.final:
-            fit = fine_tune(student, s_tok, data, cfg, run, enc={**enc, "train": stage.enc}, loss_fn=objective,
-                            loss_module=objective, resume=resume, on_model=lambda _m, o=objective: o.detach(),
-                            extra_metrics=lambda preds: {"agreement_with_teacher": agreement(
-                                preds, teacher_dev_preds, regression)})
-            break
-        stage_run = RunDir(run.path / "stages" / stage.name)
-        if session.main:
-            stage_run.path.mkdir(parents=True, exist_ok=True)
-            stage_run.file("metrics.jsonl").unlink(missing_ok=True)
-        st = fine_tune(student, s_tok, data, dataclasses.replace(stage_cfg, epochs=stage.epochs), stage_run,
-                       enc={"train": stage.enc, "dev": enc["dev"]}, loss_fn=objective, loss_module=objective,
-                       on_model=lambda _m, o=objective: o.detach(), test=False)
-        st.trainer.cleanup()
-        student = st.model
-        stage_log.append({"stage": stage.name, "examples": len(stage.enc), "steps": st.state.step,
-                          "losses": objective.last_parts})
-    if resume:
-        stage_log = [{"stage": d.name, "ran_before_resume": True} for d in sorted((run.path / "stages").glob("*"))]
+    fit, objective, stage_log = train_stages(
+        cfg, session, run, student, s_tok, data, enc, plan_stages(cfg, matches, train_enc, t_out, general),
+        s_info, t_info, kw, resume,
+        lambda preds: {"agreement_with_teacher": agreement(preds, teacher_dev_preds, regression)})
     student = fit.model
     dev_metrics = dict(fit.dev_metrics)
     agree = dev_metrics.pop("agreement_with_teacher")
@@ -212,6 +180,57 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
         "final_losses": objective.last_parts, "stages": stage_log, "labels": labels, "main_metric": main,
     }
     return finish_run(session, fit, s_tok, data, summary, report=write_distill_report)
+
+
+def match_plan(cfg: DistillConfig, s_info: ModelInfo, t_info: ModelInfo) -> tuple[list[Match], int | None]:
+    """The checked matches and the relation heads their cache entry is keyed by (None: no relation loss)."""
+    matches = build_matches(cfg, s_info, t_info)
+    uses_relations = any(m.feature in ("qk_relation", "vv_relation") for m in matches)
+    relation_heads = (cfg.relation_heads or t_info.heads) if uses_relations else None
+    layer_matches = [m for m in matches if m.feature != "logits"]
+    pred_matches = [m for m in matches if m.feature == "logits"]
+    if cfg.intermediate_epochs and not (layer_matches and pred_matches):
+        raise PtmlabError("--intermediate-epochs needs layer losses and soft_ce (e.g. --losses "
+                          "soft_ce,hidden_mse,attention_kl)")
+    if cfg.general_text and not layer_matches:
+        raise PtmlabError("--general-text needs layer losses (hidden_mse, attention_kl, ...): general "
+                          "distillation has no labels to match logits on")
+    return matches, relation_heads
+
+
+def train_stages(cfg: DistillConfig, session, run, student, s_tok, data, enc: dict, stages: list[Stage],
+                 s_info: ModelInfo, t_info: ModelInfo, kw: dict, resume: bool, extra_metrics):
+    """Train ``stages`` in order through the one lifecycle; returns the final stage's ``FitResult``, its objective
+    and what the earlier stages did. ``kw``: the ``DistillObjective`` options (temperature, alpha, ...)."""
+    from ptmlab.distill.objective import DistillObjective
+    from ptmlab.train.lifecycle import fine_tune, mark_stage
+
+    stage_cfg = dataclasses.replace(cfg, keep_best=False, max_steps=0, early_stopping=0, save_steps=10**9)
+    stage_log = []
+    for stage in stages:
+        if not stage.final and resume:
+            continue  # ran before the kill
+        mark_stage(run, stage.name, examples=len(stage.enc), resume=resume)
+        objective = DistillObjective(student, stage.matches, stage.teacher_out, s_info, t_info, **kw)
+        if stage.final:
+            fit = fine_tune(student, s_tok, data, cfg, run, enc={**enc, "train": stage.enc}, loss_fn=objective,
+                            loss_module=objective, resume=resume, on_model=lambda _m, o=objective: o.detach(),
+                            extra_metrics=extra_metrics)
+            break
+        stage_run = RunDir(run.path / "stages" / stage.name)
+        if session.main:
+            stage_run.path.mkdir(parents=True, exist_ok=True)
+            stage_run.file("metrics.jsonl").unlink(missing_ok=True)
+        st = fine_tune(student, s_tok, data, dataclasses.replace(stage_cfg, epochs=stage.epochs), stage_run,
+                       enc={"train": stage.enc, "dev": enc["dev"]}, loss_fn=objective, loss_module=objective,
+                       on_model=lambda _m, o=objective: o.detach(), test=False)
+        st.trainer.cleanup()
+        student = st.model
+        stage_log.append({"stage": stage.name, "examples": len(stage.enc), "steps": st.state.step,
+                          "losses": objective.last_parts})
+    if resume:
+        stage_log = [{"stage": d.name, "ran_before_resume": True} for d in sorted((run.path / "stages").glob("*"))]
+    return fit, objective, stage_log
 
 
 def restart_unless_checkpointed(cfg, resume: bool):

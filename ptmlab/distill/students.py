@@ -103,6 +103,8 @@ def shrink(teacher: nn.Module, sizes: dict[str, int], from_teacher: bool) -> nn.
     """A smaller config of the teacher's architecture; weights sliced from the teacher (head by head) or random."""
     from transformers import AutoModelForSequenceClassification
 
+    from ptmlab.models.loader import SAVED_HEADS
+
     unknown = set(sizes) - set(SHRINK_KEYS)
     if unknown:
         raise PtmlabError(f"shrink option(s) {sorted(unknown)} unknown: use {', '.join(SHRINK_KEYS)} and init")
@@ -112,7 +114,10 @@ def shrink(teacher: nn.Module, sizes: dict[str, int], from_teacher: bool) -> nn.
     if config.hidden_size % config.num_attention_heads:
         raise PtmlabError(f"shrink: hidden {config.hidden_size} is not divisible by heads "
                           f"{config.num_attention_heads}: pick sizes where heads divides hidden")
-    student = AutoModelForSequenceClassification.from_config(config, attn_implementation="sdpa")
+    if type(teacher).__name__.endswith(tuple(SAVED_HEADS)):  # a tagger or span extractor keeps its head
+        student = type(teacher)._from_config(config, attn_implementation="sdpa")
+    else:
+        student = AutoModelForSequenceClassification.from_config(config, attn_implementation="sdpa")
     if from_teacher:
         _slice_from(student, teacher)
     return student

@@ -18,10 +18,11 @@ from ptmlab.core.registry import Registry
 @dataclass
 class LossContext:
     mask: torch.Tensor  # [B, T] 1 for real tokens
-    labels: torch.Tensor | None = None
+    labels: torch.Tensor | None = None  # [B]; tags [B, T] (-100: not read); answer [B, 2] (start, end)
     regression: bool = False
     temperature: float = 2.0
     alpha: float = 0.5  # weight of the teacher term in soft_ce (1 - alpha goes to the hard labels)
+    span: str | None = None  # "tokens": logits [B, T, C] per tag; "positions": [B, T, 2] start/end over positions
 
 
 @dataclass(frozen=True)
