@@ -296,3 +296,30 @@ def test_pretrained_tokenizers_count_what_tokenize_gives():
         m = measure(tok, table).metrics()
         assert m["tokens"] == pieces and m["fertility"] == pytest.approx(pieces / sum(table.values()))
         assert m["continued_words"] == pytest.approx(continued / sum(table.values()))
+
+
+def test_training_twice_gives_the_same_tokenizer_ids_and_scores_included(tmp_path):
+    """The trainers leave WordPiece's alphabet ids and the scores of the characters Unigram prunes and puts back to
+    hash-map order (different every time, even in one process); the saved tokenizers are made canonical, so that
+    two runs on the same text pre-train the same models (tokenizers-downstream)."""
+    from ptmlab.tokenization.corpora import TextSource
+
+    rng = random.Random(0)
+    common = [rng.choice("etaoinshrdlu") + "".join(rng.choices("etaoinshrdlucmfwyp", k=rng.randint(1, 6)))
+              for _ in range(300)]
+    lines = [" ".join(rng.choices(common, k=12)) for _ in range(400)]
+    lines += ["quixotic jazz", "kvetch zephyr", "x'y ß é ö ñ"]  # rare characters: pruned, then put back
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(lines) + "\n")
+    sources = [TextSource("t", None, str(text), lambda: iter(lines))]
+    kinds = ["bpe", "wordpiece", "unigram"]
+    first = {k: (tmp_path / "a" / k / "tokenizer.json").read_bytes()
+             for k in train_and_save(kinds, sources, 220, tmp_path / "a")}
+    second = {k: (tmp_path / "b" / k / "tokenizer.json").read_bytes()
+              for k in train_and_save(kinds, sources, 220, tmp_path / "b")}
+    for k in kinds:
+        assert first[k] == second[k], k
+    uni = json.loads(first["unigram"])["model"]
+    assert [p for p, _ in uni["vocab"][:5]] == SPECIAL_TOKENS and uni["vocab"][uni["unk_id"]][0] == "[UNK]"
+    wp = json.loads(first["wordpiece"])["model"]["vocab"]
+    assert [wp[t] for t in SPECIAL_TOKENS] == [0, 1, 2, 3, 4]

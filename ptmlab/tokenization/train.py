@@ -150,7 +150,11 @@ def train_tokenizer(kind: str, sources: list[TextSource], vocab_size: int, lower
     tok = recipe.tokenizer
     tok.normalizer = make_normalizer(lowercase)
     with progress(total=scan.lines, desc=f"reading text for {kind}", unit="line", disable=not show) as bar:
-        tok.train_from_iterator(_batches(sources, bar), recipe.trainer, length=scan.lines)
+        if kind == "wordpiece":
+            tok = _train_wordpiece(tok, _batches(sources, bar), scan, vocab_size, min_frequency, show)
+        else:
+            tok.train_from_iterator(_batches(sources, bar), recipe.trainer, length=scan.lines)
+    tok = canonical_order(tok)
     if tok.get_vocab_size() > vocab_size:  # the trainer keeps the whole alphabet (WordPiece: c and ##c)
         raise PtmlabError(f"--vocab-size {vocab_size} is smaller than the alphabet of the text: {kind} needs "
                           f"{tok.get_vocab_size()} tokens for its characters and special tokens alone: use "
@@ -160,6 +164,101 @@ def train_tokenizer(kind: str, sources: list[TextSource], vocab_size: int, lower
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
     return tok
+
+
+PRIVATE_USE = 0xF0000  # Supplementary Private Use Area-A (65,534 code points, then Area-B)
+
+
+def _train_wordpiece(tok: Tokenizer, batches, scan: Scan, vocab_size: int, min_frequency: int,
+                     show: bool) -> Tokenizer:
+    """WordPiece's training as the ``tokenizers`` WordPiece trainer does it (BPE merges over words whose
+    non-initial characters are distinct ``##`` symbols), but with the ``##`` symbols numbered in a fixed order:
+    that trainer numbers them as it meets them in hash-map order, and merges of equal count are broken by those
+    numbers, so two runs on the same text gave different vocabularies. Each non-initial character is written as
+    its own private-use character (the i-th of the sorted alphabet), a plain BPE learns the merges, and its
+    vocabulary becomes WordPiece's with the ``##`` put back. ``tok`` brings the normalizer and pre-tokenizer."""
+    alphabet = sorted(scan.alphabet)
+    to_mark = {c: chr(PRIVATE_USE + i) for i, c in enumerate(alphabet)}
+    from_mark = {m: c for c, m in to_mark.items()}
+
+    def mark(word: str) -> str:
+        return word[:1] + "".join(to_mark.get(c, c) for c in word[1:])
+
+    def unmark(piece: str) -> str:
+        text = "".join(from_mark.get(c, c) for c in piece)
+        return "##" + text if piece[:1] in from_mark else text
+
+    def marked():
+        for batch in batches:
+            yield [" ".join(mark(w) for w, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(line)))
+                   for line in batch]
+
+    bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
+    bpe.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    # every character of the text is kept whole as well, word-initial or not (as the WordPiece trainer does)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=show,
+                                  special_tokens=SPECIAL_TOKENS, initial_alphabet=alphabet)
+    bpe.train_from_iterator(marked(), trainer, length=scan.lines)
+    vocab: dict[str, int] = {}
+    for piece, _ in sorted(bpe.get_vocab().items(), key=lambda kv: kv[1]):
+        vocab.setdefault(piece if piece in SPECIAL_TOKENS else unmark(piece), len(vocab))
+    out = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]"))
+    out.normalizer, out.pre_tokenizer, out.decoder = tok.normalizer, tok.pre_tokenizer, tok.decoder
+    for t in SPECIAL_TOKENS:
+        out.add_special_tokens([t])
+    return out
+
+
+UNIGRAM_SCORE_DECIMALS = 4  # far below what changes a segmentation, far above the trainer's float noise (~1e-11)
+UNIGRAM_CHAR_PENALTY = 1e-4  # the step between the scores the Unigram trainer gives characters it had pruned
+
+
+def canonical_order(tok: Tokenizer) -> Tokenizer:
+    """A trained Unigram tokenizer with what the trainer leaves to hash-set order made canonical, so that training
+    twice on the same text gives the same tokenizer, ids included: the characters it pruned and put back get their
+    scores in another order every run (``_unigram_char_penalties``) and its scores differ by ~1e-11 (float sums in
+    another order). Scores are rounded to ``UNIGRAM_SCORE_DECIMALS`` decimals and the pieces after the special
+    tokens ordered by (score descending, piece). Other models are returned as they are (BPE comes out the same
+    every run; WordPiece is trained through it, ``_train_wordpiece``)."""
+    import json
+
+    data = json.loads(tok.to_str())
+    model = data["model"]
+    if model.get("type") == "Unigram":
+        unk = model["vocab"][model["unk_id"]][0] if model.get("unk_id") is not None else None
+        fixed = [[p, s] for p, s in model["vocab"] if p in SPECIAL_TOKENS]
+        scores = _unigram_char_penalties({p: s for p, s in model["vocab"] if p not in SPECIAL_TOKENS})
+        rest = sorted(([p, round(s, UNIGRAM_SCORE_DECIMALS)] for p, s in scores.items()),
+                      key=lambda ps: (-ps[1], ps[0]))
+        model["vocab"] = fixed + rest
+        if unk is not None:
+            model["unk_id"] = [p for p, _ in model["vocab"]].index(unk)
+    else:
+        return tok
+    ids = {t: i for i, t in enumerate(p for p, _ in model["vocab"])}
+    for added in data.get("added_tokens") or []:
+        added["id"] = ids.get(added["content"], added["id"])
+    return Tokenizer.from_str(json.dumps(data))
+
+
+def _unigram_char_penalties(scores: dict[str, float]) -> dict[str, float]:
+    """The Unigram trainer puts back every character it pruned with the score ``min + k x 1e-4``, k counting in
+    hash-set order, so which character gets which k changes from run to run. Those characters (single characters
+    whose score is on that ladder) get the ladder's scores in character order instead."""
+    if not scores:
+        return scores
+    low = min(scores.values())
+    singles = [p for p in scores if len(p) == 1]
+
+    def on_ladder(x: float) -> bool:
+        k = (x - low) / UNIGRAM_CHAR_PENALTY
+        return abs(k - round(k)) < 1e-6 and round(k) < len(singles)
+
+    ladder = sorted(p for p in singles if on_ladder(scores[p]))
+    out = dict(scores)
+    for p, x in zip(ladder, sorted((scores[p] for p in ladder), reverse=True), strict=True):
+        out[p] = x
+    return out
 
 
 def save_tokenizer(tok: Tokenizer, out_dir: str | Path, info: dict, model_max_length: int = 512) -> Path:
