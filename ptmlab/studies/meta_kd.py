@@ -85,7 +85,7 @@ class MetaKDStudyArgs(StudyBase):
     domain_dir: str | None = opt(None, "folder of NAME.tsv files (default ../shared/data/domains)")
     model: str = opt("minilm", "teacher base model")
     student: str = opt("layers:3", "student (the same for every method)")
-    seeds: list[str] = opt(["0", "1"], "seeds (at least 2 for an interval; --budget full: 0,1,2)")
+    seeds: list[str] = opt(["0", "1"], "seeds (at least 2 for an interval; --budget full: 0-4)")
     parts: list[str] = opt(["a", "b", "c", "d"], "parts to run: a (single-domain KD), b (pooled KD), c (Meta-KD), "
                                                  "d (leave one domain out)")
     max_per_domain: int = opt(400, "training examples per domain")
@@ -164,9 +164,9 @@ def _meta(a, seed: int, fold: int | None, domains: list[str], out: Path, student
     return _done(out, a) or run_meta_distill(build_config(MetaDistillConfig, dict(
         domains=named, domain_files=files, domain_dir=a.domain_dir, teacher_model=a.model, meta_teacher=meta_teacher,
         student=a.student, student_domain=student_domain, max_per_domain=a.max_per_domain, folds=a.folds,
-        fold=fold or 0, max_length=a.max_length,
-        teacher_epochs=a.teacher_epochs, teacher_lr=a.teacher_lr, epochs=a.epochs, lr=a.lr, batch_size=a.batch_size,
-        eval_batch_size=a.eval_batch_size, seed=seed, output=str(out), overwrite=True), source="study"),
+        fold=fold or 0, max_length=a.max_length, teacher_epochs=a.teacher_epochs, teacher_lr=a.teacher_lr,
+        epochs=a.epochs, lr=a.lr, batch_size=a.batch_size, eval_batch_size=a.eval_batch_size, seed=seed,
+        output=str(out), overwrite=True), source="study"),
         command="study")
 
 
