@@ -211,6 +211,8 @@ def test_model_cards_say_the_task_kind(runs):
     assert "pipeline_tag: question-answering" in qa and "extractive question-answering model" in qa
     assert "AutoModelForQuestionAnswering.from_pretrained('qa-pruned-transformers', trust_remote_code=True)" in qa
     assert "same answer span 1.0000" in qa
+    assert "# outputs: start_logits, end_logits [batch, tokens]" in (d / "qa-onnx" / "README.md").read_text()
+    assert "# outputs: logits [batch, tokens, tags]" in (d / "ner-onnx-int8" / "README.md").read_text()
 
 
 def test_cli_prints_the_span_parity(runs, capsys):

@@ -26,6 +26,8 @@ HEAD_KINDS = {"ForTokenClassification": ("token-classification", "A token classi
 TEXT_CLASSIFIER = ("text-classification", "A text classifier", "AutoModelForSequenceClassification")
 USES = {"token-classification": "Tagging the words of English sentences",
         "question-answering": "Finding answers to questions in English passages"}
+ONNX_OUTPUTS = {"token-classification": "logits [batch, tokens, tags]",
+                "question-answering": "start_logits, end_logits [batch, tokens]"}
 AGREEMENT = {"token-classification": "tag agreement per word", "extractive-qa": "same answer span"}
 WEIGHT_SUFFIXES = (".safetensors", ".onnx")
 SKIP_OPTIONS = {"command", "overwrite", "output"}
@@ -226,7 +228,7 @@ def model_card(path: str | Path, source: str | Path | None = None, export: dict 
     if export and export["format"] in ("onnx", "onnx-int8"):
         lines += ["```python", "import onnxruntime as ort",
                   f"session = ort.InferenceSession('{name}/model.onnx')  # inputs: tokenizer outputs as int64",
-                  "```", ""]
+                  f"# outputs: {ONNX_OUTPUTS.get(pipeline, 'logits [batch, labels]')}", "```", ""]
     else:
         remote = ", trust_remote_code=True" if custom else ""
         lines += ["```python", f"from transformers import {auto}, AutoTokenizer",
