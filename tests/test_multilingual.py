@@ -152,3 +152,21 @@ def test_multilingual_study_small(tmp_path):
 
 
 # the verdict rule on synthetic numbers (every outcome): tests/test_study_rules_b.py
+
+
+@pytest.mark.skipif(not (SHARED / "parallel" / "multi30k").is_dir(), reason="shared parallel data is absent")
+def test_multilingual_study_small_twice_gives_the_same_numbers(tmp_path):
+    """The small budget's tiny teacher has random weights: it is built once, seeded from the study's seed, and
+    saved, so the teacher scored, the teacher distilled from and the copy student are one model, and two runs
+    give the same table (each run built its own random teacher before)."""
+    from ptmlab.studies import STUDIES, load_all
+
+    load_all()
+    tables = []
+    for run in ("a", "b"):
+        assert STUDIES.get("multilingual-distillation")(["--budget", "small", "--output", str(tmp_path / run)]) == 0
+        tables.append(json.loads((tmp_path / run / "results.json").read_text())["rows"])
+    assert tables[0] == tables[1]
+    assert (tmp_path / "a" / "teacher" / "config.json").is_file()
+    teacher = [r["src_to_tgt"] for r in tables[0] if r["model"] == "teacher"]
+    assert len(teacher) == 6 and any(x > 0 for x in teacher)

@@ -132,6 +132,27 @@ def _embed_distill(a: MultilingualStudyArgs, student: str, seed: int, run_dir: P
             overwrite=True), source="study"), command="study")
 
 
+def fixed_teacher(teacher: str, seed: int, out: Path) -> str:
+    """The teacher every part of the study reads: a model with weights as it is; a zoo model built with random
+    weights (``tiny``, the small budget's) built once, seeded from the study's first seed, and saved under
+    OUTPUT/teacher, so that the teacher scored, the teacher distilled from and the copy student are one model and
+    two runs of the study give the same numbers."""
+    from ptmlab.models.zoo import resolve
+
+    _, entry = resolve(teacher)
+    if entry is None or entry.random_config is None:
+        return teacher
+    path = out / "teacher"
+    if not (path / "config.json").is_file():
+        from ptmlab.core.seed import set_seed
+        from ptmlab.distill.embeddings import load_sentence_model, save_sentence_model
+
+        set_seed(seed)
+        model, tok = load_sentence_model(teacher)
+        save_sentence_model(model, tok, path)
+    return str(path)
+
+
 def _student_base(kind: str, a: MultilingualStudyArgs, out: Path) -> str:
     if kind == "copy":
         return ""
@@ -148,8 +169,12 @@ def _student_base(kind: str, a: MultilingualStudyArgs, out: Path) -> str:
 @STUDIES.register("multilingual-distillation", help="Q21: multilingual sentence embeddings by distillation on "
                                                     "parallel text (retrieval before/after, English kept)")
 def run(argv: list[str]) -> int:
+    import dataclasses
+
     a = parse_study_args("multilingual-distillation", MultilingualStudyArgs, argv, __doc__, small=SMALL, full=FULL)
     out = Path(a.output)
+    name = a.teacher
+    a = dataclasses.replace(a, teacher=fixed_teacher(a.teacher, int(a.seeds[0]), out))
     rows = []
 
     def add(name: str, seed, model: str) -> None:
@@ -171,7 +196,7 @@ def run(argv: list[str]) -> int:
         for seed in seeds:
             add(kind, seed, str(out / f"{kind}-seed{seed}"))
     v = decide(rows, list(a.students))
-    write_study(out, f"Study: multilingual distillation ({a.teacher})", rows, v,
+    write_study(out, f"Study: multilingual distillation ({name})", rows, v,
                 extra={"judged_student": choose_student(rows, list(a.students))},
                 claim=CLAIM, budget=a.budget, seeds=[int(s) for s in a.seeds], validity=validity)
     return 0
