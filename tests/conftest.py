@@ -80,3 +80,21 @@ def kill_at_step(args: list[str], run_dir: Path, step: int, timeout: float = 300
     assert killed_at is not None and proc.returncode == -signal.SIGKILL, "the run finished before it was killed"
     assert not (Path(run_dir) / "summary.json").exists()
     return killed_at
+
+
+@pytest.fixture(scope="session")
+def victim() -> Path:
+    """A tiny classifier fine-tuned on the synthetic task (``tests.test_serve_support.train_victim``)."""
+    from tests.test_serve_support import train_victim
+
+    return train_victim()
+
+
+@pytest.fixture
+def store(tmp_path):
+    """An open serving state store in a fresh folder, closed after the test."""
+    from ptmlab.serve.state import open_store
+
+    s = open_store(str(tmp_path / "home"))
+    yield s
+    s.close()

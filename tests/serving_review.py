@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import contextlib
-import http.server
 import json
 import os
 import random
@@ -44,7 +43,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("PTMLAB_PROGRESS", "0")
 
-from tests.test_serve_support import free_port, start_server_process, train_victim  # noqa: E402
+from tests.test_serve_support import free_port, hostile_victim, start_server_process, train_victim  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NORMAL = ["the film was great", "boring plot and poor actors", "a really delightful story", "awful music",
@@ -298,45 +297,6 @@ def lock_suite(url: str, key: str, db: Path) -> dict:
 
 
 # -- the CLI suite ------------------------------------------------------------------------------------------------
-
-class HostileVictim(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):  # noqa: N802 (http.server's name)
-        n = len(json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))["texts"])
-        status, headers, body = {
-            "date": (429, {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, b"{}"),
-            "future-date": (429, {"Retry-After": "Wed, 21 Oct 2099 07:28:00 GMT"}, b"{}"),
-            "negative": (429, {"Retry-After": "-5"}, b"{}"), "huge": (429, {"Retry-After": "1e308"}, b"{}"),
-            "html": (200, {}, b"<html>hi</html>"),
-            "no-names": (200, {}, json.dumps({"predictions": [{"label_id": 0}] * n, "policy": "probs"}).encode()),
-            "short": (200, {}, json.dumps({"label_names": ["a", "b"], "predictions": [], "policy": "p"}).encode()),
-            "bad-label": (200, {}, json.dumps({"label_names": ["a", "b"], "policy": "probs",
-                                               "predictions": [{"label_id": "0"}] * n}).encode()),
-            "inf-probs": (200, {}, json.dumps({"label_names": ["a", "b"], "policy": "probs",
-                                               "predictions": [{"label_id": 0, "probs": [1e309, 0]}] * n}).encode()),
-            "error-500": (500, {}, b"\x1b[2J" * 1000),
-        }[self.server.mode]
-        self.send_response(status)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-@contextlib.contextmanager
-def hostile_victim(mode: str):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HostileVictim)
-    server.mode = mode
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
 
 def cli(args: list[str], env: dict) -> tuple[int, list[str]]:
     p = subprocess.run([sys.executable, "-m", "ptmlab", *args], capture_output=True, text=True, timeout=300,

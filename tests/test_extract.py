@@ -18,12 +18,6 @@ from ptmlab.serve.config import ServeConfig
 from ptmlab.serve.server import serve_in_thread
 from ptmlab.serve.state import open_store, text_hash
 from tests.conftest import assert_clean_error, run_cli
-from tests.test_serve_support import train_victim
-
-
-@pytest.fixture(scope="module")
-def victim():
-    return train_victim()
 
 
 def _cfg(victim, out, **kw) -> ExtractConfig:

@@ -15,19 +15,6 @@ from ptmlab.serve.config import ServeConfig
 from ptmlab.serve.server import serve_in_thread
 from ptmlab.serve.state import hash_key, open_store
 from tests.conftest import assert_clean_error, run_cli
-from tests.test_serve_support import train_victim
-
-
-@pytest.fixture(scope="module")
-def victim():
-    return train_victim()
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = open_store(str(tmp_path / "home"))
-    yield s
-    s.close()
 
 
 def dev_rows(victim) -> tuple[list[str], list[int]]:

@@ -25,22 +25,9 @@ from ptmlab.serve.config import ServeConfig
 from ptmlab.serve.server import serve_in_thread
 from ptmlab.serve.state import check_limits, open_store, text_hash
 from tests.conftest import assert_clean_error, run_cli
-from tests.test_serve_support import train_victim
 
 NORMAL = ["the film was great", "boring plot and poor actors", "a really delightful story", "awful music"]
 VOCAB_KEPT = 27_000
-
-
-@pytest.fixture(scope="module")
-def victim():
-    return train_victim()
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = open_store(str(tmp_path / "home"))
-    yield s
-    s.close()
 
 
 def post(url, key, body):

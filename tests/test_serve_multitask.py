@@ -15,7 +15,6 @@ from fastapi.testclient import TestClient
 from ptmlab.core.config import build_config
 from ptmlab.serve.app import create_app
 from ptmlab.serve.config import ServeConfig
-from ptmlab.serve.state import open_store
 from tests.conftest import needs_glue
 
 pytestmark = needs_glue  # the run's mrpc and stsb heads are trained on GLUE subsets
@@ -33,13 +32,6 @@ def mt_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("mt") / "run"
     run_finetune(build_config(FinetuneConfig, {**SMALL, "tasks": TASKS, "output": str(out)}))
     return out
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = open_store(str(tmp_path / "home"))
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -6,15 +6,12 @@ numbers, printable key names, and an extraction client that trusts nothing the v
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import http.server
 import json
 import os
 import shutil
 import socket
 import sqlite3
 import stat
-import threading
 import time
 
 import httpx
@@ -31,19 +28,7 @@ from ptmlab.serve.config import ServeConfig, is_loopback
 from ptmlab.serve.server import serve_in_thread
 from ptmlab.serve.state import open_store
 from tests.conftest import assert_clean_error, run_cli
-from tests.test_serve_support import train_victim
-
-
-@pytest.fixture(scope="module")
-def victim():
-    return train_victim()
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = open_store(str(tmp_path / "home"))
-    yield s
-    s.close()
+from tests.test_serve_support import hostile_victim
 
 
 def post_raw(url, key, raw: bytes):
@@ -269,52 +254,11 @@ def test_huge_numbers_bad_urls_and_unprintable_key_names_exit_2(tmp_path):
     assert len(listed.stdout.strip().splitlines()) == 2, listed.stdout  # the header and one row
 
 
-class HostileVictim(http.server.BaseHTTPRequestHandler):
-    """A victim that answers every request with the answer named by the server's ``mode``."""
-
-    def do_POST(self):  # noqa: N802 (http.server's name)
-        n = len(json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))["texts"])
-        mode = self.server.mode
-        bodies = {"date": (429, {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, b"{}"),
-                  "negative": (429, {"Retry-After": "-5"}, b"{}"), "huge": (429, {"Retry-After": "1e300"}, b"{}"),
-                  "html": (200, {}, b"<html>hello</html>"),
-                  "no_names": (200, {}, json.dumps({"predictions": [{"label_id": 0}] * n, "policy": "probs"}).encode()),
-                  "label_out": (200, {}, json.dumps({"label_names": ["a", "b"], "policy": "probs",
-                                                     "predictions": [{"label_id": 7}] * n}).encode()),
-                  "nan": (200, {}, json.dumps({"label_names": ["a", "b"], "policy": "probs",
-                                               "predictions": [{"label_id": 0, "probs": [float("nan"), 1]}] * n}
-                                              ).encode()),
-                  "list": (200, {}, b"[1, 2]")}
-        status, headers, body = bodies[mode]
-        self.send_response(status)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-@contextlib.contextmanager
-def hostile_victim(mode: str):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HostileVictim)
-    server.mode = mode
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def test_the_extraction_client_treats_every_victim_answer_as_untrusted(victim, tmp_path):
     assert retry_after("-5") == 1.0 and retry_after("soon") == 1.0 and retry_after("nan") == 1.0
     assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 1.0 and retry_after("3") == 3.0
     for mode, needle in (("date", "max-wait"), ("negative", "max-wait"), ("huge", "max-wait"), ("html", "not JSON"),
-                         ("no_names", "label_names"), ("label_out", "label id"), ("nan", "finite"),
+                         ("no-names", "label_names"), ("label-out", "label id"), ("nan", "finite"),
                          ("list", "malformed")):
         with hostile_victim(mode) as url:
             client = VictimClient(url, "k", max_wait=1.5)
@@ -322,7 +266,7 @@ def test_the_extraction_client_treats_every_victim_answer_as_untrusted(victim, t
                 client.query(["a text"])
             client.close()
     out = tmp_path / "copy"
-    with hostile_victim("no_names") as url:
+    with hostile_victim("no-names") as url:
         args = ["extract", "--victim", url, "--key", "k", "--model", "tiny", *task_files(victim), "--budget", "4",
                 "--output", str(out)]
         assert_clean_error(run_cli(*args), "label_names")
