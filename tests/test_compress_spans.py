@@ -185,3 +185,18 @@ def test_compress_distill_alpha_needs_vocab_first_and_recovery(tagger):
                    "--recover-epochs", "0", "--distill-alpha", "0.5", "--output", str(out))
     assert_clean_error(proc, "--distill-alpha applies to recovery fine-tuning")
     assert not out.exists()
+
+
+def test_compress_distils_a_sentence_model_during_recovery(tmp_path, capsys):
+    from ptmlab.cli import main
+    from tests.synthetic import write_task
+
+    files = write_task(tmp_path / "task", n_train=48, n_dev=24)
+    out = tmp_path / "c"
+    assert main(["compress", "tiny", "--task", "syn", "--train-file", files["train"], "--dev-file", files["dev"],
+                 "--max-length", "32", "--batch-size", "16", "--steps", "vocab,heads=0.25", "--recover-epochs", "1",
+                 "--distill-alpha", "0.5", "--latency-repeats", "1", "--output", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["recovery_loss"].startswith("soft_ce (alpha 0.5") and s["task_kind"] == "classification"
+    assert s["recovery_train_examples"] == 48
+    assert all(r["dev"] == r["dev_metrics"]["accuracy"] for r in s["rows"])
