@@ -100,6 +100,20 @@ def test_a_variant_is_reused_when_finished_and_resumed_when_killed(corpus, tmp_p
     assert (tmp_path / "v" / "summary.json").stat().st_mtime_ns == stamp
 
 
+def test_tokenizers_downstream_trains_the_same_tokenizers_twice(corpus, tmp_path):
+    """Two runs of the study on the same text pre-train with the same tokenizers, ids included (the tokenizers
+    library's WordPiece and Unigram trainers left parts of them to hash-map order)."""
+    from ptmlab.studies.common import parse_study_args
+    from ptmlab.studies.tokenizers_downstream import TokenizersDownstreamArgs, train_tokenizers
+
+    a = parse_study_args("tokenizers-downstream", TokenizersDownstreamArgs,
+                         ["--files", str(corpus), "--vocab-size", "120"])
+    first, second = train_tokenizers(a, tmp_path / "a"), train_tokenizers(a, tmp_path / "b")
+    assert set(first) == {"bpe", "wordpiece", "unigram"}
+    for t in first:
+        assert (first[t] / "tokenizer.json").read_bytes() == (second[t] / "tokenizer.json").read_bytes(), t
+
+
 # ------------------------------------------------------------------------------------------------ end to end
 def _run_study(name: str, out: Path, *extra: str) -> dict:
     from ptmlab.studies import load_all

@@ -141,6 +141,9 @@ def test_study_all_cli_runs_a_real_study_and_resumes(tmp_path, capsys):
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     res = json.loads((out / "layer-ablation" / "results.json").read_text())
     assert res["rows"] and res["run"]["budget"] == "small"
+    from tests.test_studies_registry import check_judged
+
+    check_judged("layer-ablation", res)  # the verdict's values against its own numbers, not only its shape
     summary = proc.stdout[proc.stdout.index("studies in"):]
     assert re.search(r"^layer-ablation\s+done", summary, re.M), summary
     capsys.readouterr()
