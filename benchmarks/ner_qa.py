@@ -9,7 +9,8 @@ Per task (``--tasks ner,qa``):
   words split into sub-tokens, a word's tag on its first sub-token; ``trainer_qa_features``: question and context
   windows of ``--max-length`` tokens overlapping by 128, each labelled with the token span of the first answer, or
   [CLS] when the window does not hold it), ``DataCollatorForTokenClassification`` / ``DataCollatorWithPadding``
-  (dynamic padding), its default random sampler, weight decay 0.01, gradient clipping 1.0;
+  (dynamic padding), its default random sampler, weight decay 0.01, gradient clipping 1.0, and the model's own loss
+  (the mean over the batch's labelled tokens for NER, where ptmlab averages per sentence first);
 - both train the same rows (``--max-train``, a seed-0 shuffle) at the same precision, batch size, epochs, lr and max
   length (ptmlab's per-task default unless given: 128 for NER, 384-token windows for QA), in the same process,
   ``--repeats`` rounds in rotated order (benchmarks/_finetune_job.py's ``alternate``);
@@ -24,8 +25,10 @@ Throughput is training examples (sentences; QA windows, several per long context
 time, evaluation and model loading excluded; the ratio is ptmlab's over the Trainer's. Scores are fractions in
 [0, 1]. Runs offline.
 
-The real run (about 3 CPU-hours on 2 cores, most of it SQuAD: two 1-epoch fine-tunings on ~8,200 windows of 384
-tokens, the student, and four scorings of the 10,570 dev questions):
+The real run (estimated at 45 to 90 minutes on a quiet 2-core CPU at bf16, from the sentence benchmark's rate of
+~160 minilm examples/s; most of it SQuAD: 8,000 questions make 8,079 windows of 171 tokens on average, trained on
+by two fine-tunings and a student, and four 6-layer scorings of the 10,570 dev questions; CoNLL-2003 is 14,041
+sentences, scored on testb's 3,453):
 
     python benchmarks/ner_qa.py --model minilm --tasks ner,qa --max-train ner=all,qa=8000 --epochs 1 --batch-size 32
 """
@@ -64,13 +67,13 @@ def per_task(text: str | None, tasks: list[str], option: str, default=None) -> d
         name, eq, value = part.rpartition("=")
         names = [name] if eq else tasks
         if eq and name not in TASKS:
-            raise SystemExit(f"error: {option} {text}: unknown task '{name}' (use {', '.join(TASKS)})")
+            raise ValueError(f"{option} {text}: unknown task '{name}' (use {', '.join(TASKS)})")
         try:
             n = None if value == "all" else int(value)
         except ValueError:
-            raise SystemExit(f"error: {option} {text}: give a number or 'all', e.g. ner=all,qa=8000") from None
+            raise ValueError(f"{option} {text}: give a number or 'all', e.g. ner=all,qa=8000") from None
         if n is not None and n < 0:
-            raise SystemExit(f"error: {option} {text}: counts are positive")
+            raise ValueError(f"{option} {text}: counts are positive")
         out.update({t: n or None for t in names if t in out})
     return out
 
@@ -226,10 +229,11 @@ def bench_task(kind: str, job: Job, max_eval: int | None, args, tmp: Path) -> di
     sides = {"ptmlab": partial(run_ptmlab, job, max_eval, scorer)}
     if not args.skip_trainer:
         sides["trainer"] = partial(run_trainer, job, kind, train, data.spec, labels, scorer)
-        if kind == "qa":  # the Trainer leads on the second task, so neither side always runs first
+        if kind == "qa":  # ptmlab leads on NER, the Trainer on QA: neither side always runs first
             sides = {"trainer": sides["trainer"], "ptmlab": sides["ptmlab"]}
-    print(f"{kind}: {job.describe()}; {len(train)} training examples, {scorer.examples} scored "
-          f"({EVAL_SPLIT[kind]}); {args.repeats} round(s) of {', '.join(sides)}", flush=True)
+    print(f"{kind}: {job.describe()}; {len(train)} training rows, {scorer.examples} scored "
+          f"({'testb' if kind == 'ner' else 'dev'}, {MAIN[kind]}: what each run's 'dev acc' shows); "
+          f"{args.repeats} round(s) of {', '.join(sides)}", flush=True)
     records = alternate(sides, args.repeats, tmp / kind)
     teacher = dict(records["ptmlab"][0])  # round 0's run directory is the student's teacher
     summary = summarise(records)
@@ -287,12 +291,15 @@ def main() -> None:
     args = p.parse_args()
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if not tasks or set(tasks) - set(TASKS) or len(set(tasks)) != len(tasks):
-        sys.exit(f"error: --tasks {args.tasks}: choose from {', '.join(TASKS)}")
-    max_train = per_task(args.max_train, tasks, "--max-train")
-    max_eval = per_task(args.max_eval, tasks, "--max-eval")
-    lengths = {t: v or DEFAULT_LENGTH[t] for t, v in per_task(args.max_length, tasks, "--max-length").items()}
+        p.error(f"--tasks {args.tasks}: choose from {', '.join(TASKS)}")
+    try:
+        max_train = per_task(args.max_train, tasks, "--max-train")
+        max_eval = per_task(args.max_eval, tasks, "--max-eval")
+        lengths = {t: v or DEFAULT_LENGTH[t] for t, v in per_task(args.max_length, tasks, "--max-length").items()}
+    except ValueError as e:
+        p.error(str(e))
     if args.epochs <= 0 or args.batch_size < 1 or args.repeats < 1:
-        sys.exit("error: --epochs, --batch-size and --repeats must be positive")
+        p.error("--epochs, --batch-size and --repeats must be positive")
     import torch
 
     from ptmlab.core.errors import PtmlabError
@@ -310,7 +317,8 @@ def main() -> None:
                           seed=args.seed)
                 results[kind] = bench_task(kind, job, max_eval[kind], args, Path(tmp))
     except PtmlabError as e:  # the shared data is missing, a window too short for a question...
-        sys.exit(f"error: {e}")
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     result = {
         "machine": machine_info(), "device": str(device), "threads": torch.get_num_threads(),
         "precision_all_sides": precision, "repeats": args.repeats, "load_average_end": load_average(),
