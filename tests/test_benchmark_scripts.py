@@ -346,7 +346,7 @@ def test_ner_qa_trainer_features_are_the_rows_ptmlab_trains_on(tmp_path, monkeyp
 
 
 def test_ner_qa_benchmark_compares_ptmlab_and_the_trainer_and_distils(tmp_path, monkeypatch):
-    """Both tasks, both sides and the 3-layer student on tiny: scores in [0, 1], the same rows on both sides, the
+    """Both tasks, both sides and a distilled student on tiny: scores in [0, 1], the same rows on both sides, the
     ratio computed from the recorded training times."""
     ner_dir, qa_dir = _synthetic_ner_and_qa(tmp_path)
     monkeypatch.setenv("PTMLAB_CONLL2003_DIR", str(ner_dir))
@@ -371,4 +371,4 @@ def test_ner_qa_benchmark_compares_ptmlab_and_the_trainer_and_distils(tmp_path, 
         if d["teacher_score"]:
             assert d["retained_pct"] == pytest.approx(100 * d["score"] / d["teacher_score"], abs=0.01)
     assert res["tasks"]["qa"]["train_rows"] == 12 and res["tasks"]["qa"]["sides"]["ptmlab"]["runs"][0]["examples"] > 12
-    assert "speedup" not in proc.stdout or "x the Trainer" in proc.stdout
+    assert proc.stdout.count("x the Trainer") == 2 and "% of the teacher" in proc.stdout  # the printed table
