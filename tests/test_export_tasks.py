@@ -230,7 +230,7 @@ def test_parity_text_of_another_kind_is_refused_in_one_line(runs, capsys):
         (["export", str(d / "ner"), "--format", "transformers", "--task", "x", "--dev-file", str(d / "dev.json"),
           "--task-kind", "extractive-qa"], ("extractive-qa data", "token-classification model")),
         (["export", str(d / "qa-pruned"), "--format", "onnx", "--dev-file", str(d / "dev.conll")], ("dev.conll",)),
-        (["export", str(d / "ner-pruned"), "--format", "onnx"], ("records no data",
+        (["export", str(d / "ner-pruned"), "--format", "onnx"], ("records no data", "--task conll2003",
                                                                  "--task-kind token-classification")),
     ]
     for i, (argv, needles) in enumerate(cases):

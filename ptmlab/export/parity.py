@@ -43,8 +43,9 @@ def parity_data_args(source: str, task: str | None, overrides: dict, max_example
     if task is not None:
         values = {"task": task}
     elif kind in SPAN_KINDS and not overrides.get("dev_file") and not (values and _rereadable(values)):
+        built_in = "conll2003" if kind == "token-classification" else "squad"
         raise PtmlabError(f"a {kind} model's parity text must be of its kind and the run records no data to read "
-                          f"again: pass --task conll2003/squad or --dev-file FILE (--task-kind {kind})")
+                          f"again: pass --task {built_in} or --dev-file FILE (--task-kind {kind})")
     elif values and not overrides.get("dev_file") and not _rereadable(values):
         print("note: the run was trained on data held in memory, which it does not keep: parity is checked on the "
               "built-in tweets dev text (pass --task or --dev-file to choose)", file=sys.stderr)
