@@ -177,7 +177,7 @@ class _Reader:
         return torch.stack(rows)
 
     def logits(self, n: int) -> torch.Tensor:
-        """Every example's logits [n, C] (small: one row per example)."""
+        """Every example's logits [n, C] (sentence tasks: one small row per example)."""
         return torch.cat([self.gather(("logits", -1), list(range(s, min(s + 4096, n))), 0)
                           for s in range(0, n, 4096)]) if n else torch.zeros(0)
 
