@@ -268,5 +268,5 @@ def test_compression_every_outcome():
     # three seeds of the same loss resolve it at the seed level; one seed never does
     seeds = [coin(0.85, 400, seed=s) for s in (4, 5, 6)]
     worse = [b * coin(0.7, 400, seed=10 + i) for i, b in enumerate(seeds)]  # about 25 points lost
-    assert decide({"none": seeds[:1], "prune": worse[:1]})[0].outcome != SUPPORTED
+    assert decide({"none": seeds[:1], "prune": worse[:1]})[0].outcome == INCONCLUSIVE
     assert decide({"none": seeds, "prune": worse})[0].outcome == NOT_SUPPORTED

@@ -295,8 +295,9 @@ def pretrain_validity(record: dict, key: str, lm_only: bool = True) -> list:
     - every fine-tuned model above its task's trivial predictor (majority class, all-positive F1, MCC 0) by a t
       interval over seeds: at chance, no pre-training can beat another downstream;
     - pre-training moved the held-out loss clearly below the unigram cross-entropy of the held-out text
-      (``unigram_entropy`` in the record, nats): the largest eval loss of a token-predicting run (``lm_only``: the
-      objectives of ``LM_OBJECTIVES``; ELECTRA's discriminator loss is not one) below ``UNIGRAM_RATIO`` of it.
+      (each run's ``unigram_entropy``, recorded by its pre-training, else the record's; nats): the largest ratio
+      of a token-predicting run's eval loss to it (``lm_only``: the objectives of ``LM_OBJECTIVES``; ELECTRA's
+      discriminator loss is not one) below ``UNIGRAM_RATIO`` (``unigram_condition``).
     Numbers the record lacks make the condition unmet with value null."""
     from ptmlab.studies.common import above_trivial, eval_size
 
