@@ -51,6 +51,7 @@ def test_learning_rate_is_chosen_on_training_documents_never_reported(tmp_path):
     import json
     import re
 
+    import pytest
     import yaml
 
     from ptmlab.studies import STUDIES, load_all
@@ -67,6 +68,10 @@ def test_learning_rate_is_chosen_on_training_documents_never_reported(tmp_path):
     assert len(ch["chosen_on"]) == ch["choice_docs"] == 16 and ch["fit_docs"] == 32  # --max-train 32 beside
     assert len(ch["reported_on"]) == res["dev_examples"] == 32
     assert set(ch["chosen_on"]).isdisjoint(ch["reported_on"])
+    # every reported run's per-document correctness is recorded: the hierarchical bootstrap's input
+    for v in ("truncate", "chunk", "window"):
+        (seed0,) = res["seed_correct"][v]
+        assert len(seed0) == 32 and sum(seed0) / 32 == pytest.approx(res["seed_accuracy"][v][0])
     assert all(re.fullmatch(r"train:\d+", i) for i in ch["chosen_on"])
     assert all(re.fullmatch(r"dev:\d+", i) for i in ch["reported_on"])
 
