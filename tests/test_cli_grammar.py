@@ -36,7 +36,7 @@ NO_MODEL = {"models", "study", "tokenizer train", "keys create", "keys list", "k
 # defaults that differ from --seed 42 / --max-length 128, each with its reason written in docs/cli.md
 DEFAULT_EXCEPTIONS = {("demo", "max_length"): 64, ("distill-embeddings", "max_length"): 64,
                       ("extract", "max_length"): 64, ("analyze anomaly", "seed"): 0, ("serve", "max_length"): 0,
-                      ("predict", "max_length"): None,
+                      ("predict", "max_length"): None, ("export", "max_length"): None,
                       ("longify", "max_length"): 4096}
 PAIR_OPTIONS = {"--pairs"}  # SRC TGT pairs, repeatable: not a list of values
 

@@ -24,6 +24,11 @@ FORMATS = ("transformers", "onnx", "onnx-int8", "torch-int8")
 
 @dataclass(frozen=True)
 class ExportConfig(Validated):
+    OPTION_GROUP = "export"
+    FIELD_GROUPS = {**dict.fromkeys(("task", "task_kind", "glue_dir", "dev_file", "text_col", "text_pair_col",
+                                     "label_col", "parity_examples", "max_length"), "parity check"),
+                    **dict.fromkeys(("keep_fp32", "int8_mode"), "onnx-int8")}
+
     model: str = opt("", "run directory or zoo model to export")
     format: str = opt("transformers", "transformers, onnx, onnx-int8 or torch-int8", choices=list(FORMATS))
     output: str | None = opt(None, "directory to write the export into (must not exist, unless --overwrite)")
