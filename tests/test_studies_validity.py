@@ -325,3 +325,19 @@ def test_unigram_entropy_is_the_frequency_only_loss():
     assert unigram_entropy(tok, ["the the the cat"], ["cat"]) > h  # the rarer token costs more
     with pytest.raises(ValueError):
         unigram_entropy(tok, ["the"], [""])
+
+
+def test_domain_majority_is_read_from_the_rows_each_seed_was_tested_on():
+    from ptmlab.studies.common import above_domain_majority, majority_share
+
+    assert majority_share(["a", "b", "a", "a"]) == 0.75 and majority_share([]) is None
+    rows = [{"domain": "my-reviews", "seed": s, "kd": score, "test_majority": maj, "test_rows": 200}
+            for s, (score, maj) in enumerate([(0.80, 0.50), (0.83, 0.52), (0.81, 0.51)])]
+    (cond,) = above_domain_majority(rows, ("kd",))
+    assert cond.met and "0.5100" in cond.condition  # a NAME=FILE domain has no shared file; its rows say the share
+    assert abs(cond.value - 0.2989) < 0.05  # the seeds' margins over their own test rows, 0.30, 0.31, 0.30
+    (unknown,) = above_domain_majority([{k: v for k, v in r.items() if k != "test_majority"} for r in rows], ("kd",))
+    assert not unknown.met and unknown.value is None
+    close = [{**r, "test_majority": r["kd"] - 0.004} for r in rows]  # under one of 200 test rows above: not above
+    (at_chance,) = above_domain_majority(close, ("kd",))
+    assert not at_chance.met

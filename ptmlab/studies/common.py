@@ -215,17 +215,34 @@ def domain_majority(name: str, domain_dir: str | Path | None = None) -> float | 
     return counts.most_common(1)[0][1] / sum(counts.values()) if counts else None
 
 
+def majority_share(labels) -> float | None:
+    """The share of the most common label in ``labels`` (the majority-class predictor's accuracy); None if empty."""
+    from collections import Counter
+
+    counts = Counter(labels)
+    return max(counts.values()) / sum(counts.values()) if counts else None
+
+
 def above_domain_majority(rows: list[dict], systems: tuple[str, ...], domain_key: str = "domain") -> list:
     """Per domain of ``rows`` (one row per domain and seed, a score per system), each system above the domain's
-    majority-class accuracy (``domain_majority``) by a t interval over seeds."""
+    majority-class accuracy by a t interval over seeds. The trivial accuracy is the one each row recorded for the
+    rows it was tested on (``test_majority``: folds differ), else the domain file's (``domain_majority``), so a domain
+    given as NAME=FILE is judged too."""
     from ptmlab.studies.verdict import seed_interval_above
 
     conds = []
     for d in dict.fromkeys(r.get(domain_key) for r in rows if r.get(domain_key)):
-        trivial = domain_majority(str(d))
+        mine = [r for r in rows if r.get(domain_key) == d]
+        recorded = [r.get("test_majority") for r in mine]
+        own = all(isinstance(m, int | float) for m in recorded)
+        trivial = sum(recorded) / len(recorded) if own else domain_majority(str(d))
         for s in systems:
-            scores = [float(r[s]) for r in rows if r.get(domain_key) == d and isinstance(r.get(s), int | float)]
-            conds.append(seed_interval_above(scores, trivial, f"{d} test accuracy of {s}"))
+            # each seed's score against its own test rows' majority, shifted to the mean majority for the interval
+            scores = [float(r[s]) - (float(r["test_majority"]) - trivial if own else 0.0) for r in mine
+                      if isinstance(r.get(s), int | float)]
+            n = [r.get("test_rows") for r in mine]
+            margin = 1 / min(n) if all(isinstance(x, int) and x > 0 for x in n) else 0.0  # one test row's worth
+            conds.append(seed_interval_above(scores, trivial, f"{d} test accuracy of {s}", margin=margin))
     return conds or [seed_interval_above([], None, "every domain")]
 
 

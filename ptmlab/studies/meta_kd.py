@@ -50,7 +50,7 @@ from ptmlab.core.config import opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.distill.domains import FOLDS_HELP, check_folds
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import StudyBase, parse_study_args, write_study
+from ptmlab.studies.common import StudyBase, majority_share, parse_study_args, write_study
 from ptmlab.studies.executor import Run, run_grid
 from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, combine, decide_above, paired_seeds
 
@@ -241,8 +241,9 @@ def run(argv: list[str]) -> int:
     for seed, fold in fold_of.items():
         dd = data[fold][0]
         for d in names:
+            test = dd.get(d).splits["test"]
             row = {"seed": seed, **({"fold": fold} if fold is not None else {}), "domain": d,
-                   "test_rows": len(dd.get(d).splits["test"])}
+                   "test_rows": len(test), "test_majority": majority_share(list(test.label))}
             for part, method in PART_METHODS.items():
                 if part in a.parts:
                     row[method] = done[seed, fold, part][d]
