@@ -40,6 +40,7 @@ from _env import machine_info, result_path  # first: offline defaults
 # isort: on
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -269,6 +270,32 @@ def print_table(tasks: dict) -> None:
                   f"{d['speedup_b32']}x faster at batch 32")
 
 
+def write_result(args, device, precision: str, results: dict) -> dict:
+    """Write the result file (atomically) with the tasks measured so far; with ``--append`` the tasks of an earlier
+    run of the file that this run does not measure are kept. Returns every task's record written."""
+    import torch
+
+    out = Path(args.output)
+    tasks = dict(results)
+    if args.append and out.is_file():
+        tasks = {**json.loads(out.read_text())["tasks"], **results}
+    result = {
+        "machine": machine_info(), "device": str(device), "threads": torch.get_num_threads(),
+        "precision_all_sides": precision, "repeats": args.repeats, "load_average_end": load_average(),
+        "scores_are": "fractions in [0, 1], every model scored by ptmlab's span evaluation in fp32: NER entity-level "
+                      "micro F1 (seqeval) on CoNLL-2003 testb, QA SQuAD v1.1 official F1 and exact match on dev",
+        "ratio_is": "median training examples/s (examples x epochs / training wall time; QA examples are windows) "
+                    "of ptmlab over transformers' Trainer, same rows, model, precision, batch, epochs, lr and max "
+                    "length, in one process; model loading, tokenisation and evaluation excluded",
+        "tasks": tasks,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    tmp.replace(out)
+    return tasks
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="minilm")
@@ -288,6 +315,9 @@ def main() -> None:
     p.add_argument("--student", default="layers:3", help="the distilled student (ptmlab distill --student)")
     p.add_argument("--skip-distill", action="store_true", help="no distilled student")
     p.add_argument("--output", default=str(result_path("ner_qa")))
+    p.add_argument("--append", action="store_true",
+                   help="keep the other tasks of an existing --output file (a QA-only rerun beside an NER run)")
+    p.add_argument("--runs", help="keep the run directories in this folder (default: a temporary one, removed)")
     args = p.parse_args()
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if not tasks or set(tasks) - set(TASKS) or len(set(tasks)) != len(tasks):
@@ -310,30 +340,20 @@ def main() -> None:
     precision = resolve_precision(args.precision, device)
     results = {}
     try:
-        with tempfile.TemporaryDirectory() as tmp:
+        with contextlib.ExitStack() as stack:
+            tmp = args.runs or stack.enter_context(tempfile.TemporaryDirectory())
             for kind in tasks:
                 job = Job(model=args.model, task=TASKS[kind], max_train=max_train[kind], batch_size=args.batch_size,
                           max_length=lengths[kind], lr=args.lr, epochs=args.epochs, precision=precision,
                           seed=args.seed)
                 results[kind] = bench_task(kind, job, max_eval[kind], args, Path(tmp))
+                write_result(args, device, precision, results)  # after each task: a cut run keeps what it measured
     except PtmlabError as e:  # the shared data is missing, a window too short for a question...
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    result = {
-        "machine": machine_info(), "device": str(device), "threads": torch.get_num_threads(),
-        "precision_all_sides": precision, "repeats": args.repeats, "load_average_end": load_average(),
-        "scores_are": "fractions in [0, 1], every model scored by ptmlab's span evaluation in fp32: NER entity-level "
-                      "micro F1 (seqeval) on CoNLL-2003 testb, QA SQuAD v1.1 official F1 and exact match on dev",
-        "ratio_is": "median training examples/s (examples x epochs / training wall time; QA examples are windows) "
-                    "of ptmlab over transformers' Trainer, same rows, model, precision, batch, epochs, lr and max "
-                    "length, in one process; model loading, tokenisation and evaluation excluded",
-        "tasks": results,
-    }
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    results = write_result(args, device, precision, results)
     print_table(results)
-    print(f"written: {out}")
+    print(f"written: {args.output}")
 
 
 if __name__ == "__main__":
