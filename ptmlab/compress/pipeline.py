@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ptmlab.compress.importance import IMPORTANCE
+from ptmlab.compress.prune import RecoveryArgs
 from ptmlab.core.config import config_to_dict, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.registry import Registry
@@ -25,27 +26,18 @@ STEPS: Registry = Registry("compression step")
 
 
 @dataclass(frozen=True)
-class CompressConfig(ModelArgs, DataArgs, TrainArgs):
+class CompressConfig(ModelArgs, DataArgs, TrainArgs, RecoveryArgs):
     steps: list[str] = opt(["vocab", "heads=0.4", "ffn=0.3", "int8"], "steps in order: vocab, heads=F, ffn=F, "
                                                                          "layers=I+J, params=F, magnitude=F, "
                                                                          "lowrank=R, share=G, int8, torch-int8")
     importance: str = opt("gate", "importance score for heads/ffn steps: gate, grad-weight, entropy")
     importance_examples: int = opt(500, "training examples used to score heads and neurons")
-    recover_epochs: float = opt(1.0, "recovery fine-tuning epochs after each structural step (0: none)")
     latency_repeats: int = opt(5, "timed repeats per latency measurement (median reported)")
-    distill_alpha: float = opt(0.0, "recovery: weight of soft_ce to the outputs of the model before the first "
-                                    "structural step (1 - alpha on the labels); 0: plain fine-tuning")
-    distill_temperature: float = opt(2.0, "recovery: soft_ce temperature (the KL term is scaled by T^2)")
 
     def validate(self) -> None:
         self.validate_data()
         self.validate_train()
-        if not 0 <= self.distill_alpha <= 1:
-            raise PtmlabError(f"--distill-alpha {self.distill_alpha} is out of range: give a weight in [0, 1]")
-        if not self.distill_temperature > 0:
-            raise PtmlabError(f"--distill-temperature must be positive, got {self.distill_temperature}")
-        if self.distill_alpha and not self.recover_epochs > 0:
-            raise PtmlabError("--distill-alpha applies to recovery fine-tuning: pass --recover-epochs > 0")
+        self.validate_recovery()
         IMPORTANCE.get(self.importance)
         parsed = [parse_step(s) for s in self.steps]
         if not parsed:

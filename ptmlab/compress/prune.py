@@ -25,7 +25,26 @@ from ptmlab.train.args import DataArgs, FinetuneConfig, ModelArgs, TrainArgs
 
 
 @dataclass(frozen=True)
-class PruneConfig(ModelArgs, DataArgs, TrainArgs):
+class RecoveryArgs:
+    """Recovery fine-tuning after each pruning (or other structural) step, optionally distilled from the model as
+    it was before: the options and checks ``prune`` and ``compress`` share."""
+
+    recover_epochs: float = opt(1.0, "recovery fine-tuning epochs after each pruning or structural step (0: none)")
+    distill_alpha: float = opt(0.0, "recovery: weight of soft_ce to the outputs of the model before pruning (1 - "
+                                    "alpha on the labels); 0: plain fine-tuning")
+    distill_temperature: float = opt(2.0, "recovery: soft_ce temperature (the KL term is scaled by T^2)")
+
+    def validate_recovery(self) -> None:
+        if not 0 <= self.distill_alpha <= 1:
+            raise PtmlabError(f"--distill-alpha {self.distill_alpha} is out of range: give a weight in [0, 1]")
+        if not self.distill_temperature > 0:
+            raise PtmlabError(f"--distill-temperature must be positive, got {self.distill_temperature}")
+        if self.distill_alpha and not self.recover_epochs > 0:
+            raise PtmlabError("--distill-alpha applies to recovery fine-tuning: pass --recover-epochs > 0")
+
+
+@dataclass(frozen=True)
+class PruneConfig(ModelArgs, DataArgs, TrainArgs, RecoveryArgs):
     heads: float = opt(0.0, "fraction of attention heads to remove, in [0, 1)")
     ffn: float = opt(0.0, "fraction of FFN neurons to remove in every layer, in [0, 1)")
     params: float = opt(0.0, "fraction of all parameters to remove by pruning heads and FFN alike (overrides "
@@ -35,19 +54,10 @@ class PruneConfig(ModelArgs, DataArgs, TrainArgs):
     importance_examples: int = opt(500, "training examples used to score heads and neurons")
     use_labels: bool = opt(True, "score with gold labels (--no-use-labels: the model's own predictions)")
     iterations: int = opt(1, "prune in this many equal steps, each followed by recovery")
-    recover_epochs: float = opt(1.0, "recovery fine-tuning epochs after each pruning step (0: none)")
-    distill_alpha: float = opt(0.0, "recovery: weight of soft_ce to the unpruned model's outputs (1 - alpha on the "
-                                    "labels); 0: plain fine-tuning")
-    distill_temperature: float = opt(2.0, "recovery: soft_ce temperature (the KL term is scaled by T^2)")
 
     def validate(self) -> None:
         self.validate_data()
-        if not 0 <= self.distill_alpha <= 1:
-            raise PtmlabError(f"--distill-alpha {self.distill_alpha} is out of range: give a weight in [0, 1]")
-        if not self.distill_temperature > 0:
-            raise PtmlabError(f"--distill-temperature must be positive, got {self.distill_temperature}")
-        if self.distill_alpha and not self.recover_epochs > 0:
-            raise PtmlabError("--distill-alpha applies to recovery fine-tuning: pass --recover-epochs > 0")
+        self.validate_recovery()
         for name in ("heads", "ffn", "params"):
             check_fraction(name, getattr(self, name))
         IMPORTANCE.get(self.importance)
