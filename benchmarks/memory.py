@@ -101,7 +101,10 @@ def prepare(command: str, scratch: Path, made: set[str], max_steps: int, model: 
         argv.append("--overwrite")  # a scratch folder used before
     if max_steps <= 0:
         return argv, ""  # uncapped: the command as written
-    if "--max-steps" in flags[verb] and "--max-steps" not in argv:
+    if "--max-steps" in argv:  # a command's own step count, capped like the others
+        i = argv.index("--max-steps") + 1
+        argv[i] = str(min(int(argv[i]), max_steps)) if argv[i].isdigit() else argv[i]
+    elif "--max-steps" in flags[verb]:
         argv += ["--max-steps", str(max_steps)]
     if verb == "meta-distill" and "--teacher-epochs" not in argv:
         argv += ["--teacher-epochs", "0.02"]  # the meta-teacher stage ignores --max-steps
@@ -165,7 +168,8 @@ def main() -> None:
     p.add_argument("--cache-sides", default="on,off", help="teacher cache settings of the distillation commands")
     p.add_argument("--append", action="store_true",
                    help="keep the other records of an existing result file (a rerun replaces its own)")
-    p.add_argument("--max-steps", type=int, default=20, help="step cap for verbs with --max-steps (0: none, the commands run to their end)")
+    p.add_argument("--max-steps", type=int, default=20,
+                   help="step cap for verbs with --max-steps (0: none, the commands run to their end)")
     p.add_argument("--model", help="swap the zoo models of the commands for this one (tests: tiny)")
     p.add_argument("--scaling", help="training sizes for the distill scaling runs, e.g. 4000,all")
     p.add_argument("--scaling-teacher", default="runs/sst2", help="teacher of the scaling runs")
