@@ -160,6 +160,44 @@ def _examples(out: Path | None) -> int | None:
         return None
 
 
+def write_result(a, rows: list[dict], scaling: list[dict]) -> tuple[Path, list[dict], list[dict], dict]:
+    """Write the result file atomically (after every command, so a cut run keeps what it measured); with
+    ``--append`` the records of an earlier run that this one did not remake (same source and teacher-cache side)
+    are kept, and its scaling runs unless this run made some. Returns the file and what it holds."""
+    dest = Path(a.output) if a.output else result_path("memory")
+    if a.append and dest.is_file():
+        old = json.loads(dest.read_text(encoding="utf-8"))
+        mine = {(x["source"], x.get("teacher_cache")) for x in rows}
+        rows = [r for r in old["commands"] if (r["source"], r.get("teacher_cache")) not in mine] + rows
+        scaling = scaling or old.get("scaling", [])
+    ok = [r for r in rows if r.get("status") == "ok"]
+    readme = [r for r in ok if r["source"].startswith("README.md")]
+    on = [r for r in scaling if r["teacher_cache"] == "on" and r["rc"] == 0 and r["train_examples"]]
+    ratio = None
+    if len(on) >= 2:
+        small, big = min(on, key=lambda r: r["train_examples"]), max(on, key=lambda r: r["train_examples"])
+        ratio = {"examples": [small["train_examples"], big["train_examples"]],
+                 "peak_rss_mib": [small["peak_rss_mib"], big["peak_rss_mib"]],
+                 "memory_ratio": round(big["peak_rss_mib"] / small["peak_rss_mib"], 3),
+                 "data_ratio": round(big["train_examples"] / small["train_examples"], 2)}
+    targets = {
+        "readme_under_8_gib": {"measured": len(readme), "met": all(r["peak_rss_mib"] < 8 * 1024 for r in readme)
+                               if readme else None,
+                               "worst_mib": max((r["peak_rss_mib"] for r in readme), default=None)},
+        "every_command_under_8_gib": {"measured": len(ok), "met": all(r["peak_rss_mib"] < 8 * 1024 for r in ok)
+                                      if ok else None,
+                                      "worst_mib": max((r["peak_rss_mib"] for r in ok), default=None)},
+        "distill_all_vs_small_within_1_5x": {**(ratio or {}), "met": ratio["memory_ratio"] <= 1.5 if ratio else None},
+    }
+    result = {"benchmark": "memory", "machine": machine_info(), "max_steps": a.max_steps, "model": a.model,
+              "commands": rows, "scaling": scaling, "targets": targets}
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(dest)
+    return dest, rows, scaling, targets
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--docs", nargs="+", help="markdown files to read commands from (default: README.md, docs/*.md)")
@@ -212,6 +250,7 @@ def main() -> None:
             rows.append(rec)
             print(f"{where} [{cache}] {rec['status']}: peak {r['peak_rss_mib']:.0f} MiB, "
                   f"{rec['train_examples']} examples, {r['seconds']} s", flush=True)
+            write_result(a, rows, [])
         if any(x["source"] == where and x.get("teacher_cache") in ("on", None) and x["status"] == "ok" for x in rows):
             made.update(m for m in RUNS.findall(command) if f"--output {m}" in command)
 
@@ -238,32 +277,9 @@ def main() -> None:
                     scaling.append(rec)
                     print(f"scaling {size} [{cache}]: peak {r['peak_rss_mib']:.0f} MiB, {rec['train_examples']} "
                           f"examples, exit {r['rc']}", flush=True)
+                    write_result(a, rows, scaling)
 
-    dest = Path(a.output) if a.output else result_path("memory")
-    if a.append and dest.is_file():
-        old = json.loads(dest.read_text(encoding="utf-8"))
-        rows = [r for r in old["commands"] if r["source"] not in {x["source"] for x in rows}] + rows
-        scaling = scaling or old.get("scaling", [])
-    ok = [r for r in rows if r.get("status") == "ok"]
-    readme = [r for r in ok if r["source"].startswith("README.md")]
-    on = [r for r in scaling if r["teacher_cache"] == "on" and r["rc"] == 0 and r["train_examples"]]
-    ratio = None
-    if len(on) >= 2:
-        small, big = min(on, key=lambda r: r["train_examples"]), max(on, key=lambda r: r["train_examples"])
-        ratio = {"examples": [small["train_examples"], big["train_examples"]],
-                 "peak_rss_mib": [small["peak_rss_mib"], big["peak_rss_mib"]],
-                 "memory_ratio": round(big["peak_rss_mib"] / small["peak_rss_mib"], 3),
-                 "data_ratio": round(big["train_examples"] / small["train_examples"], 2)}
-    targets = {
-        "readme_under_8_gib": {"measured": len(readme), "met": all(r["peak_rss_mib"] < 8 * 1024 for r in readme)
-                               if readme else None,
-                               "worst_mib": max((r["peak_rss_mib"] for r in readme), default=None)},
-        "distill_all_vs_small_within_1_5x": {**(ratio or {}), "met": ratio["memory_ratio"] <= 1.5 if ratio else None},
-    }
-    result = {"benchmark": "memory", "machine": machine_info(), "max_steps": a.max_steps, "model": a.model,
-              "commands": rows, "scaling": scaling, "targets": targets}
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    dest, rows, scaling, targets = write_result(a, rows, scaling)
     print(f"\n{'command':58} {'cache':5} {'examples':>8} {'peak MiB':>9} {'status'}")
     for r in rows + [{**s, "command": f"distill (scaling, {s['size']})", "status": "ok" if s["rc"] == 0 else
                       f"failed (exit {s['rc']})"} for s in scaling]:
