@@ -98,3 +98,19 @@ def store(tmp_path):
     s = open_store(str(tmp_path / "home"))
     yield s
     s.close()
+
+
+def run_without_ptmlab(code: str, cwd) -> dict:
+    """Run ``code`` in an isolated Python (``-I -S``) that sees site-packages but not ptmlab, as a user loading an
+    export without ptmlab would; exit 3 if ptmlab is importable there. Returns the JSON of its last output line."""
+    import json
+    import sysconfig
+
+    head = (f"import json, sys\nsys.path.append({sysconfig.get_paths()['purelib']!r})  # without its .pth files\n"
+            "try:\n    import ptmlab\n    print(json.dumps({'ptmlab': ptmlab.__file__})); sys.exit(3)\n"
+            "except ImportError:\n    pass\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PTMLAB_DEBUG")}
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", head + code], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-500:] + proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

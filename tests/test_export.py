@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.export.run import ExportConfig, export_model
 from ptmlab.models.loader import save_model
 from ptmlab.models.zoo import load_model, load_tokenizer
-from tests.conftest import assert_clean_error, run_cli
+from tests.conftest import assert_clean_error, run_cli, run_without_ptmlab
 
 FORMATS = ("transformers", "onnx", "onnx-int8", "torch-int8")
 KINDS = ("plain", "ffn_uniform", "prune_uneven", "low_rank", "sharing", "ghost", "adapter", "bilstm", "cnn")
@@ -144,13 +143,6 @@ def test_exports_load_without_ptmlab_and_match_its_predictions(exports):
     dirs = {f"{k}-{f}": str(root / f"{k}-{f}") for k in KINDS for f in ("transformers", "onnx", "onnx-int8")
             if (k, f) in exports["infos"]}
     code = f"""
-import json, sys
-sys.path.append({sysconfig.get_paths()["purelib"]!r})  # site-packages without its .pth files (ptmlab's is one)
-try:
-    import ptmlab
-    print(json.dumps({{"ptmlab": ptmlab.__file__}})); sys.exit(3)
-except ImportError:
-    pass
 import numpy as np, onnxruntime as ort, torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 texts, out = {TEXTS!r}, {{}}
@@ -169,11 +161,7 @@ for name, path in {dirs!r}.items():
         out[name] = {{"logits": sess.run(["logits"], feed)[0].tolist()}}
 print(json.dumps(out))
 """
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PTMLAB_DEBUG")}
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-500:] + proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = run_without_ptmlab(code, root)
     assert set(got) == set(dirs)
     for name, res in got.items():
         kind, fmt = name.split("-", 1)

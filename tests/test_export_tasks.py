@@ -7,11 +7,7 @@ exit 2, nothing written."""
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
-import sysconfig
 
 import pytest
 import torch
@@ -21,7 +17,7 @@ from ptmlab.core.config import build_config
 from ptmlab.export.run import ExportConfig, export_model
 from ptmlab.models.loader import save_model
 from ptmlab.models.zoo import load_model, load_tokenizer
-from tests.conftest import SHARED, assert_clean_error, run_cli
+from tests.conftest import SHARED, assert_clean_error, run_cli, run_without_ptmlab
 
 PEOPLE = ["alice", "bruno", "chen", "dmitri"]
 PLACES = ["paris", "lagos", "lima", "oslo"]
@@ -141,13 +137,6 @@ def test_exports_load_without_ptmlab_and_match_the_run(runs):
     dirs = {name: str(d / name) for name in ("ner-transformers", "ner-pruned-transformers", "ner-onnx",
                                              "qa-transformers", "qa-pruned-transformers", "qa-onnx")}
     code = f"""
-import json, sys
-sys.path.append({sysconfig.get_paths()["purelib"]!r})  # site-packages without its .pth files (ptmlab's is one)
-try:
-    import ptmlab
-    print(json.dumps({{"ptmlab": ptmlab.__file__}})); sys.exit(3)
-except ImportError:
-    pass
 import numpy as np, onnxruntime as ort, torch
 from transformers import AutoModelForQuestionAnswering, AutoModelForTokenClassification, AutoTokenizer
 sents, questions, out = {SENTENCES!r}, {QUESTIONS!r}, {{}}
@@ -174,11 +163,7 @@ for name, path in {dirs!r}.items():
     out[name] = res
 print(json.dumps(out))
 """
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PTMLAB_DEBUG")}
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], cwd=d, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stdout[-500:] + proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = run_without_ptmlab(code, d)
     assert set(got) == set(dirs)
     labels = json.loads((d / "ner" / "summary.json").read_text())["labels"]
     for name, res in got.items():
