@@ -372,3 +372,30 @@ def test_ner_qa_benchmark_compares_ptmlab_and_the_trainer_and_distils(tmp_path, 
             assert d["retained_pct"] == pytest.approx(100 * d["score"] / d["teacher_score"], abs=0.01)
     assert res["tasks"]["qa"]["train_rows"] == 12 and res["tasks"]["qa"]["sides"]["ptmlab"]["runs"][0]["examples"] > 12
     assert proc.stdout.count("x the Trainer") == 2 and "% of the teacher" in proc.stdout  # the printed table
+
+
+def test_ner_grouping_investigation_trains_both_batchings_and_reuses_finished_runs(tmp_path, monkeypatch):
+    """Grouped and random batches per size and seed, scored on the development split; a second call over the same
+    --runs folder reads the finished runs instead of training them again, and a run of other settings trains anew."""
+    ner_dir, _ = _synthetic_ner_and_qa(tmp_path)
+    monkeypatch.setenv("PTMLAB_CONLL2003_DIR", str(ner_dir))
+    runs = tmp_path / "runs"
+    args = ("investigations/ner_grouping.py", tmp_path / "g.json", "--sizes", "16,all", "--seeds", "1",
+            "--runs", str(runs))
+    _, res = _run_on_tiny(*args)
+    assert [r["train_sentences"] for r in res["rows"]] == [16, "all"] and res["scored_on"] == "dev (testa)"
+    for row in res["rows"]:
+        g, r = row["sides"]["grouped"]["runs"][0], row["sides"]["random"]["runs"][0]
+        assert not g["reused_run"] and not r["reused_run"] and 0.0 <= g["entity_f1"] <= 1.0
+        assert row["f1_grouped_minus_random_per_seed"] == [pytest.approx(g["entity_f1"] - r["entity_f1"], abs=1e-4)]
+    assert res["rows"][0]["sides"]["grouped"]["runs"][0]["steps"] == 1  # 16 sentences at batch 32
+    assert res["rows"][1]["sides"]["grouped"]["runs"][0]["steps"] == 2  # all 40
+    _, again = _run_on_tiny(*args)
+    assert all(s["runs"][0]["reused_run"] for row in again["rows"] for s in row["sides"].values())
+    assert again["rows"] == [{**row, "sides": {k: {**v, "runs": [{**v["runs"][0], "reused_run": True}]}
+                                                for k, v in row["sides"].items()}} for row in res["rows"]]
+    conf = runs / "16-grouped-1" / "config.yaml"  # a finished run of other settings is trained again
+    conf.write_text(conf.read_text().replace("seed: 1\n", "seed: 7\n"))
+    _, other = _run_on_tiny(args[0], args[1], "--sizes", "16", *args[4:])
+    sides = other["rows"][0]["sides"]
+    assert not sides["grouped"]["runs"][0]["reused_run"] and sides["random"]["runs"][0]["reused_run"]
