@@ -21,7 +21,8 @@ bootstrap (seeds, then examples; 95%): supported when the accuracy gain's interv
 below 0, inconclusive when it includes 0. Agreement with the teacher is reported but never decides (distillation
 optimises it by construction).
 
-Compares no teacher (the student fine-tuned on labels), soft_ce, DistilBERT (soft_ce + cosine), TinyBERT
+Compares no teacher (the student fine-tuned on labels, for as many epochs as the longest-trained method: the task
+epochs plus TinyBERT's intermediate stage), soft_ce, DistilBERT (soft_ce + cosine), TinyBERT
 (embedding + hidden + attention, then soft_ce), MiniLM (relations + soft_ce) and PKD (+ soft_ce): dev metric, share
 of the teacher, agreement with the teacher, parameters and batch-32 CPU speed-up. Each method runs once per seed
 (``--seeds``; ``--budget full``: 0,1,2 and the whole dev set); the teacher is fine-tuned once, from
@@ -168,12 +169,21 @@ def _distill(a: DistillationStudyArgs, teacher: str, method: str, out: Path, see
         extra.update(general_text=general_text, general_examples=a.general_examples)
     student = _student(a, method)
     values = dict(teacher=teacher, student=student, task=a.task, glue_dir=a.glue_dir, max_train=a.max_train,
-                  max_eval=a.max_eval, max_length=a.max_length, epochs=a.epochs,
+                  max_eval=a.max_eval, max_length=a.max_length,
+                  epochs=_longest_epochs(a) if method == "none" else a.epochs,
                   lr=a.narrow_lr if method in NARROW else a.lr, batch_size=a.batch_size,
                   seed=seed, output=str(out), overwrite=True, test=False, **extra)
     cfg = build_config(DistillConfig, values, source="study")
     done = finished_variant(out, cfg, a.overwrite)
     return done if done is not None else run_distill(cfg, command="study")
+
+
+def _longest_epochs(a: DistillationStudyArgs) -> float:
+    """The training epochs of the longest-trained compared method: the task epochs plus the intermediate stage of the
+    TinyBERT-style ones. The student trained alone gets as many, so that no method is credited with training the
+    reference never had."""
+    return a.epochs + max((METHODS[m].get("intermediate_epochs", 0.0) for m in a.methods
+                           if m in METHODS and m not in BESIDE), default=0.0)
 
 
 def _student(a: DistillationStudyArgs, method: str) -> str:
@@ -250,10 +260,9 @@ def run(argv: list[str]) -> int:
                 extra={"chosen_method": chosen,
                        "selection": "dev examples at even positions choose the method; odd positions report",
                        "beside_the_claim": sorted(m for m in a.methods if m in BESIDE),
-                       # TinyBERT-style methods add an intermediate stage to the task epochs
-                       "train_epochs": {"reference": a.epochs, "compared": a.epochs + max(
-                           (METHODS[m].get("intermediate_epochs", 0.0) for m in a.methods
-                            if m in METHODS and m not in BESIDE), default=0.0)},
+                       # TinyBERT-style methods add an intermediate stage to the task epochs; 'none' trains as long
+                       "train_epochs": {"reference": _longest_epochs(a) if "none" in a.methods else a.epochs,
+                                        "compared": _longest_epochs(a)},
                        **({"general_text": general} if general else {})},
                 claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
