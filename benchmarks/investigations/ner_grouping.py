@@ -28,30 +28,19 @@ from pathlib import Path
 
 from _env import machine_info, result_path
 
-SETTINGS = ("model", "task", "max_train", "epochs", "seed", "group_by_length", "lr", "batch_size", "max_length")
-
-
-def finished(run: Path, want: dict) -> dict | None:
-    """The summary of a finished run in ``run`` with the settings ``want``, else None."""
-    import json
-
-    import yaml
-
-    try:
-        cfg = yaml.safe_load((run / "config.yaml").read_text())
-        summary = json.loads((run / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return summary if all(cfg.get(k) == v for k, v in want.items()) else None
-
 
 def one_run(model: str, size: int | None, seed: int, grouped: bool, run: Path) -> dict:
+    from ptmlab.core.errors import PtmlabError
+    from ptmlab.studies.common import finished_variant
     from ptmlab.train.args import FinetuneConfig
     from ptmlab.train.finetune import run_finetune
 
     cfg = FinetuneConfig(model=model, task="conll2003", max_train=size, epochs=1.0, seed=seed,
                          group_by_length=grouped, test=False, output=str(run), overwrite=True)
-    summary = finished(run, {k: getattr(cfg, k) for k in SETTINGS})
+    try:
+        summary = finished_variant(run, cfg)
+    except PtmlabError:  # a finished run of other settings: trained again over it
+        summary = None
     reused = summary is not None
     if not reused:
         summary = run_finetune(cfg)
@@ -75,17 +64,18 @@ def main() -> None:
     root = Path(a.runs or tmp.name)
     rows = []
     for size in sizes:
-        row = {"train_sentences": size or "all", "sides": {}}
+        row, seconds = {"train_sentences": size or "all", "sides": {}}, {}
         for grouped in (True, False):
             side = "grouped" if grouped else "random"
             runs = [one_run(a.model, size, seed, grouped, root / f"{size or 'all'}-{side}-{seed}") for seed in seeds]
             f1 = [r["entity_f1"] for r in runs]
+            seconds[side] = statistics.mean(r["train_seconds"] for r in runs)
             row["sides"][side] = {"runs": runs, "entity_f1_mean": round(statistics.mean(f1), 4),
-                                  "train_seconds_mean": round(statistics.mean(r["train_seconds"] for r in runs), 1)}
+                                  "train_seconds_mean": round(seconds[side], 1)}
         g, r = row["sides"]["grouped"], row["sides"]["random"]
         row["f1_grouped_minus_random_per_seed"] = [round(x["entity_f1"] - y["entity_f1"], 4)
                                                    for x, y in zip(g["runs"], r["runs"], strict=True)]
-        row["time_random_over_grouped"] = round(r["train_seconds_mean"] / g["train_seconds_mean"], 2)
+        row["time_random_over_grouped"] = round(seconds["random"] / max(seconds["grouped"], 1e-9), 2)
         rows.append(row)
         print(f"{size or 'all':>5} sentences: dev F1 grouped {g['entity_f1_mean']:.4f} random "
               f"{r['entity_f1_mean']:.4f} (per seed grouped - random {row['f1_grouped_minus_random_per_seed']}); "
