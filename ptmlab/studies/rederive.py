@@ -7,8 +7,9 @@ For each ``<study>/results.json`` the study's module gives, from the record alon
 
 - ``restate(record) -> Verdict`` (optional): the rule's verdict recomputed from the record's numbers with the
   statistics the design asks for (a seed-level interval from ``per_seed`` where seeds' copies of each example were
-  pooled, say); without it the record's own rule verdict (``rule`` or ``outcome`` / ``reason`` / ``estimate``)
-  stands;
+  pooled, say); without it, or when the record's rule already rests on a hierarchical bootstrap (seeds, then
+  examples: what a run of the current design computes, on its held-out part, from per-example numbers the record
+  does not keep), the record's own rule verdict (``rule`` or ``outcome`` / ``reason`` / ``estimate``) stands;
 - ``validity(record) -> list[Condition]``: the study's validity conditions on the record's numbers (a number the
   record lacks is an unmet condition with value null);
 
@@ -80,7 +81,17 @@ def recorded_rule(record: dict) -> Verdict:
     estimate = Estimate.from_dict(est) if isinstance(est, dict) and est.get("value") is not None else None
     dets = [detectable_effect(e) for e in ([estimate] if estimate else estimates_in(reason))]
     dets = [d for d in dets if d is not None]
+    if estimate is None and outcome != INCONCLUSIVE:
+        dets = []  # a decided rule of several parts: ``combine`` keeps only its open parts' detectable effects
     return Verdict(outcome, reason, estimate, detectable_effect=max(dets) if dets else None)
+
+
+def hierarchical(record: dict) -> bool:
+    """Whether the record's rule rests on a hierarchical bootstrap (seeds, then examples): the interval the design
+    asks for, computed by the run from per-example numbers; a restatement from per-seed scores would only narrow it
+    (and, where half of the dev set chose a variant, let that half in)."""
+    rule = record.get("rule") if isinstance(record.get("rule"), dict) else record
+    return "hierarchical bootstrap" in str(rule.get("reason") or "")
 
 
 def rederive_record(name: str, record: dict, studies=None) -> dict:
@@ -89,7 +100,7 @@ def rederive_record(name: str, record: dict, studies=None) -> dict:
 
     module = module_of(name, studies)
     restate = getattr(module, "restate", None)
-    rule = restate(record, name) if restate is not None else None
+    rule = restate(record, name) if restate is not None and not hierarchical(record) else None
     if rule is None:
         rule = recorded_rule(record)
     claim = claim_of(module, name)
