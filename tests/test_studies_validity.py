@@ -309,6 +309,8 @@ def test_committed_results_named_by_the_issue():
     distil = result("distillation")
     teacher = [c for c in distil["validity"] if c["condition"].startswith("teacher accuracy minus")]
     assert teacher and teacher[0]["met"] and teacher[0]["value"] > 0
+    heads = [c for c in result("ticket-sharing")["validity"] if c["condition"].startswith("share of heads")]
+    assert heads and heads[0]["met"] and heads[0]["value"] < 0.8  # a shared ticket, not the full model
     for name in ("data-quality", "objectives", "static-vs-contextual"):
         assert result(name)["outcome"] == CANNOT_TEST, name
 
