@@ -33,6 +33,7 @@ from ptmlab.studies.verdict import (
     paired_bootstrap,
     paired_seeds,
     resamples_for,
+    seed_interval_above,
 )
 from tests.conftest import ROOT
 
@@ -55,6 +56,15 @@ def test_condition_met_follows_its_numbers():
     d = Condition.check("gap", 0.02, ">=", 0.01).to_dict()
     assert d == {"condition": "gap", "value": 0.02, "threshold": 0.01, "met": True, "compare": ">="}
     assert Condition.from_dict(d).met
+
+
+def test_one_seed_cannot_establish_a_seed_level_condition_and_says_so():
+    one = seed_interval_above([0.87], 0.0, "STS-B Spearman of copy")
+    assert not one.met and one.value is None
+    assert "one seed gives no interval" in one.text() and "not recorded" not in one.text()
+    two = seed_interval_above([0.87, 0.86], 0.0, "STS-B Spearman of copy")
+    assert two.met and two.value == pytest.approx(0.865 - 12.706 * 0.005, abs=1e-3)
+    assert not seed_interval_above([0.87], None, "x").met  # no trivial score: not recorded
 
 
 def test_every_outcome_from_constructed_numbers_including_cannot_test():

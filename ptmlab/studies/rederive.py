@@ -8,8 +8,8 @@ For each ``<study>/results.json`` the study's module gives, from the record alon
 - ``restate(record) -> Verdict`` (optional): the rule's verdict recomputed from the record's numbers with the
   statistics the design asks for (a seed-level interval from ``per_seed`` where seeds' copies of each example were
   pooled, say); without it, or when the record's rule already rests on a hierarchical bootstrap (seeds, then
-  examples: what a run of the current design computes, on its held-out part, from per-example numbers the record
-  does not keep), the record's own rule verdict (``rule`` or ``outcome`` / ``reason`` / ``estimate``) stands;
+  examples: what a run of the current design computes, on its held-out part, from per-example numbers a record
+  need not keep), the record's own rule verdict (``rule`` or ``outcome`` / ``reason`` / ``estimate``) stands;
 - ``validity(record) -> list[Condition]``: the study's validity conditions on the record's numbers (a number the
   record lacks is an unmet condition with value null);
 

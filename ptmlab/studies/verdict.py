@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, CANNOT_TEST = "supported", "not supported", "inconclusive", "cannot test"
 OUTCOMES = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, CANNOT_TEST)
@@ -85,6 +85,7 @@ class Condition:
     threshold: float | None
     met: bool
     compare: str = ">"
+    missing: str = field(default="not recorded by the run", compare=False)  # why ``value`` is None, in the text
 
     def __post_init__(self):
         if self.compare not in COMPARE:
@@ -94,15 +95,17 @@ class Condition:
                              f"{self.compare} {self.threshold}")
 
     @classmethod
-    def check(cls, condition: str, value, compare: str, threshold) -> Condition:
-        """The condition with ``met`` computed; ``value`` None (not recorded) is unmet."""
+    def check(cls, condition: str, value, compare: str, threshold, missing: str = "not recorded by the run"
+              ) -> Condition:
+        """The condition with ``met`` computed; ``value`` None (not recorded, or not established: ``missing``
+        says which) is unmet."""
         value = None if value is None or not math.isfinite(float(value)) else float(value)
         threshold = None if threshold is None else float(threshold)
-        return cls(condition, value, threshold, holds(value, compare, threshold), compare)
+        return cls(condition, value, threshold, holds(value, compare, threshold), compare, missing)
 
     def text(self) -> str:
         if self.value is None:
-            return f"{self.condition}: not recorded by the run (needed {self.compare} {_g(self.threshold)})"
+            return f"{self.condition}: {self.missing} (needed {self.compare} {_g(self.threshold)})"
         state = "met" if self.met else "unmet"
         return f"{self.condition}: {_g(self.value)} {self.compare if self.met else _negate(self.compare)} " \
                f"{_g(self.threshold)} ({state})"
@@ -423,7 +426,8 @@ def seed_interval_above(scores: Sequence[float], trivial: float | None, what: st
                                ">", margin)
     est = mean_interval([float(x) - float(trivial) for x in scores], what)
     return Condition.check(f"{what} minus the trivial predictor {float(trivial):.4f} (lower end of the t interval "
-                           f"over {len(scores)} seed(s))", est.low if math.isfinite(est.low) else None, ">", margin)
+                           f"over {len(scores)} seed(s))", est.low if math.isfinite(est.low) else None, ">", margin,
+                           missing="one seed gives no interval: not established")
 
 
 def assess(verdict: Verdict, validity: Sequence[Condition] = (), paper_effect: float | None = None) -> Verdict:
