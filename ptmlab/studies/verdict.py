@@ -53,6 +53,7 @@ from dataclasses import asdict, dataclass, field
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, CANNOT_TEST = "supported", "not supported", "inconclusive", "cannot test"
 OUTCOMES = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, CANNOT_TEST)
+NOT_RECORDED = "not recorded by the run"  # why a condition's value is missing, unless its check says otherwise
 POWER = 0.8   # the power the detectable effect is computed at
 COMPARE = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 
@@ -85,7 +86,7 @@ class Condition:
     threshold: float | None
     met: bool
     compare: str = ">"
-    missing: str = field(default="not recorded by the run", compare=False)  # why ``value`` is None, in the text
+    missing: str = field(default=NOT_RECORDED, compare=False)  # why ``value`` is None, in the text
 
     def __post_init__(self):
         if self.compare not in COMPARE:
@@ -95,8 +96,7 @@ class Condition:
                              f"{self.compare} {self.threshold}")
 
     @classmethod
-    def check(cls, condition: str, value, compare: str, threshold, missing: str = "not recorded by the run"
-              ) -> Condition:
+    def check(cls, condition: str, value, compare: str, threshold, missing: str = NOT_RECORDED) -> Condition:
         """The condition with ``met`` computed; ``value`` None (not recorded, or not established: ``missing``
         says which) is unmet."""
         value = None if value is None or not math.isfinite(float(value)) else float(value)
