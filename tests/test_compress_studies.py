@@ -76,6 +76,13 @@ def test_compression_study(fine_tuned, files, tmp_path):
     assert by["torch-int8"]["size_mb"] < by["none"]["size_mb"] and by["torch-int8"]["params"] == by["none"]["params"]
     assert all("speedup_b32" in r and "pareto" in r for r in rows) and "best accuracy per size" in res["summary"]
     assert res["chosen_method"] in methods.split(",") and res["claim"]["study"] == "compression"
+    # the reference is fine-tuned again as long as the recovery: compression is not credited with extra training
+    budget = next(c for c in res["validity"] if c["condition"].startswith("training epochs"))
+    assert budget["value"] == 1.0 and budget["met"], budget
+    assert rows[0]["variant"].startswith("fine-tuned, then again") and (tmp_path / "c" / "reference" /
+                                                                       "summary.json").is_file()
+    unmet = [c for c in res["validity"] if not c["met"]]
+    assert (res["outcome"] == "cannot test") == bool(unmet)
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -104,6 +111,7 @@ def test_compression_study_repeats_every_method_per_seed(files, tmp_path):
     for s in (0, 1):
         assert (out / f"seed-{s}" / "finetuned" / "config.json").is_file()
         assert (out / f"seed-{s}" / "share" / "summary.json").is_file()
+        assert (out / f"seed-{s}" / "reference" / "summary.json").is_file()
     weights = [(out / f"seed-{s}" / "finetuned" / "model.safetensors").read_bytes() for s in (0, 1)]
     assert weights[0] != weights[1]  # two fine-tuned models, not one reused
     for r in res["rows"]:

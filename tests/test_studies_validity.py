@@ -325,6 +325,41 @@ def test_committed_results_named_by_the_issue():
         assert result(name)["outcome"] == CANNOT_TEST, name
 
 
+PAGES = [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
+BOLD_OUTCOME = re.compile(r"\*\*(supported|not\s+supported|inconclusive|cannot\s+test)\*\*")
+
+
+def quoted_outcomes(text: str) -> list[tuple[str, str, int]]:
+    """(study, outcome, line) for each ``studies/results/<study>/`` a page names, with the first bold outcome written
+    after it and before the next result it names (none: nothing quoted)."""
+    spans = list(re.finditer(r"studies/results/([a-z0-9-]+)/", text))
+    found = []
+    for k, m in enumerate(spans):
+        end = spans[k + 1].start() if k + 1 < len(spans) else len(text)
+        bold = BOLD_OUTCOME.search(text, m.end(), min(end, m.end() + 800))
+        if bold:
+            found.append((m.group(1), " ".join(bold.group(1).split()), text.count("\n", 0, m.start()) + 1))
+    return found
+
+
+def test_quoted_outcomes_are_read_after_the_result_they_name():
+    text = ("see `studies/results/ghost/`): **cannot\n  test**, the rule alone **supported**; and "
+            "`studies/results/anomaly/` then **inconclusive** and `studies/results/tokenizers/` with no outcome")
+    assert quoted_outcomes(text) == [("ghost", "cannot test", 1), ("anomaly", "inconclusive", 2)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_pages_quote_the_committed_outcome(page):
+    """A page that names a committed result and writes its outcome in bold writes the outcome the result holds: a
+    rerun that turns "supported" into "cannot test" leaves no page still saying "supported"."""
+    wrong = []
+    for study, outcome, line in quoted_outcomes(page.read_text(encoding="utf-8")):
+        path = ROOT / "studies" / "results" / study / "results.json"
+        if path.is_file() and json.loads(path.read_text(encoding="utf-8"))["outcome"] != outcome:
+            wrong.append(f"{page.name}:{line} says {outcome!r} of {study}")
+    assert not wrong, wrong
+
+
 def test_rederive_keeps_a_runs_hierarchical_interval():
     """A fresh record's rule rests on the held-out, seed-then-example interval; judging it again must not swap in a
     paired t over whole-dev per-seed scores (narrower, and with the half that chose the method let in)."""
