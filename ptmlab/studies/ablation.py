@@ -30,6 +30,8 @@ The model is a fine-tuned run directory, or a zoo model fine-tuned here first (o
 ``--seeds``; ``--budget full``: seeds 0,1,2 and mpnet). Every head (layer) is removed and, separately, made uniform;
 uniform attention is reported, the verdict is on removal (``--no-uniform`` skips it; ``head-ablation --budget
 full`` does, since 144 heads x 3 seeds of mpnet already take hours of CPU time).
+
+Budgets and rough times on 2 CPU cores and one GPU: docs/studies.md.
 """
 
 from __future__ import annotations

@@ -32,6 +32,8 @@ the psycholinguistic sets. ``--budget full``: mpnet (12 layers, the paper's size
 
 Its seeds are reference samples of one model's features, an analysis rather than training runs: it runs in
 this process under either ``--executor``.
+
+Budgets and rough times on 2 CPU cores and one GPU: docs/studies.md.
 """
 
 from __future__ import annotations

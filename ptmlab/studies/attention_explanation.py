@@ -31,6 +31,8 @@ and the output change when the last layer's attention is permuted. Reported besi
 adversarial attention (Jain & Wallace section 4, ``ptmlab.analysis.adversarial``): the share of examples whose
 last-layer [CLS] attention can move by a mean JSD >= 0.5 nats with the output within ``--epsilon`` TVD, and the
 distribution of that JSD.
+
+Budgets and rough times on 2 CPU cores and one GPU: docs/studies.md.
 """
 
 from __future__ import annotations

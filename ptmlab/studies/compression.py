@@ -45,6 +45,8 @@ dev set.
 
 It runs in this process under either ``--executor``: each seed's methods time their latency, which runs
 sharing a machine would distort.
+
+Budgets and rough times on 2 CPU cores and one GPU: docs/studies.md.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ The same rule at equal tokens answers the narrower question "is clean text worth
 
 Budgets: ``--budget small`` runs a 1-layer model on 120 documents with one seed (inconclusive by construction);
 ``--budget full`` runs 3 seeds and the whole dev set of the fine-tuning task.
+Rough times per budget on 2 CPU cores and one GPU: docs/studies.md.
 """
 
 from __future__ import annotations

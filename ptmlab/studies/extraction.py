@@ -33,6 +33,8 @@ over query variants against the watermark (``vote``), function-word padding agai
 
 It runs in this process under either ``--executor``: every attack goes through the one serving store (keys,
 usage, audit log) that the defences read and reset.
+
+Rough times per budget on 2 CPU cores and one GPU: docs/studies.md.
 """
 
 from __future__ import annotations

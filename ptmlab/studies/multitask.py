@@ -20,6 +20,7 @@ is seen ``--epochs`` times in expectation). MT-DNN's second step (fine-tuning ea
 encoder) is not part of the claim tested here. ``--budget small``: tiny model, tweets + small MRPC and RTE subsets,
 one seed (an interval needs two or more: it comes out inconclusive); default: seeds 0,1,2, 1,000 examples per task,
 2 epochs; full: seeds 0,1,2, whole dev sets, 2,000 examples per task, 3 epochs, rate 1e-4 (see ``FULL``).
+Rough times per budget on 2 CPU cores and one GPU: docs/studies.md.
 """
 
 from __future__ import annotations

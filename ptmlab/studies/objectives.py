@@ -29,6 +29,7 @@ every seed (the fine-tuned models cannot tell them apart) is inconclusive too.
 
 Budgets: ``--budget small`` runs 5 objectives on a 1-layer model, one seed, in minutes (inconclusive by
 construction); ``--budget full`` runs 3 seeds on the full dev sets.
+Rough times per budget on 2 CPU cores and one GPU: docs/studies.md.
 """
 
 from __future__ import annotations

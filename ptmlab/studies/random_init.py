@@ -22,6 +22,8 @@ as a loss.
 
 Every available GLUE task (a subset of its training data, one budget: same examples, epochs, batch size and
 learning rate) is fine-tuned twice per seed. ``--budget full``: seeds 0,1,2, whole dev sets and mpnet.
+
+Budgets and rough times on 2 CPU cores and one GPU: docs/studies.md.
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ validation and test text) runs two seeds, ``--budget full`` three (about 25 minu
 (1x32-4x128 at 3e10-3e11) gave its larger models 5-59 steps: too few to say anything (docs/scaling.md).
 
 Its runs go through ``ptmlab scale`` and its own parallel workers (``--workers``), not the study executor.
+
+Rough times per budget on 2 CPU cores and one GPU: docs/studies.md.
 """
 
 from __future__ import annotations

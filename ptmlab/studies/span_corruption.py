@@ -29,6 +29,7 @@ no longer does (the table shows which cells it beats).
 
 Budgets: ``--budget small`` runs a 2 x 2 grid of 1-layer T5s, one seed (inconclusive by construction);
 ``--budget full`` runs 3 seeds on the full dev sets.
+Rough times per budget on 2 CPU cores and one GPU: docs/studies.md.
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ of the grid the same fraction of heads and of FFN neurons is removed from the *p
 loaded, the fine-tuned model's keep-masks applied with the pruning surgery), and every ticket is fine-tuned with the
 same budget, once per seed (``--seeds``; ``--budget full``: seeds 0,1,2, the whole dev set, mpnet). Ratio 0 is the
 unpruned pretrained model under that budget.
+
+Budgets and rough times on 2 CPU cores and one GPU: docs/studies.md.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ WordPiece is reported beside them.
 
 Budgets: ``--budget small`` runs 1-layer models at vocabulary 1,000, one seed (inconclusive by construction);
 ``--budget full`` runs 3 seeds on the full dev set.
+Rough times per budget on 2 CPU cores and one GPU: docs/studies.md.
 """
 
 from __future__ import annotations

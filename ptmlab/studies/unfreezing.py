@@ -24,6 +24,8 @@ Gradual unfreezing spreads its groups over the whole budget, as ULMFiT does over
 (training steps / groups) steps, head first; the schedule is in results.json. Learning rates follow each method's
 usual setting: 5e-5 for methods that move the whole encoder, 1e-3 for the few parameters of frozen features and
 adapters, 5e-4 for LoRA.
+
+Budgets and rough times on 2 CPU cores and one GPU: docs/studies.md.
 """
 
 from __future__ import annotations
