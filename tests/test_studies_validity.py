@@ -325,6 +325,29 @@ def test_committed_results_named_by_the_issue():
         assert result(name)["outcome"] == CANNOT_TEST, name
 
 
+def test_long_attention_is_restated_by_its_current_rule():
+    """A record made when Q11 compared window with truncation alone is judged by today's rule from its own cost
+    rows and per-seed accuracies: a window that ties chunk-and-pool leaves Q11 undecided."""
+    mod = module_of("long-attention", STUDIES)
+    cost = [{"impl": impl, "length": n, "latency_s": (n / 1024) ** (2 if impl == "sdpa" else 1)}
+            for impl in ("sdpa", "window") for n in (1024, 2048, 4096, 8192)]
+    acc = {"truncate": [0.30, 0.31, 0.29], "window": [0.40, 0.42, 0.41], "chunk": [0.40, 0.43, 0.40]}
+    tie = mod.restate({"cost_rows": cost, "seed_accuracy": acc})
+    assert tie.outcome == INCONCLUSIVE and "window is as good as chunk-and-pool" in tie.reason
+    assert "n^2.00" in tie.reason and "n^1.00" in tie.reason
+    ahead = mod.restate({"cost_rows": cost, "seed_accuracy": {**acc, "chunk": [0.33, 0.35, 0.33]}})
+    assert ahead.outcome == SUPPORTED
+    assert mod.restate({"seed_accuracy": acc}) is None  # no cost rows: nothing to restate from
+
+
+def test_every_study_has_a_row_in_the_budget_table():
+    """docs/studies.md says per study what each budget runs and how long it takes: a study registered without its
+    row would leave a user guessing whether its full budget takes minutes or a day."""
+    text = (ROOT / "docs" / "studies.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `([a-z0-9-]+)` \|", text, flags=re.M))
+    assert sorted(set(STUDIES.names()) - rows) == []
+
+
 PAGES = [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
 BOLD_OUTCOME = re.compile(r"\*\*(supported|not\s+supported|inconclusive|cannot\s+test)\*\*")
 

@@ -444,6 +444,19 @@ def run(argv: list[str]) -> int:
     return 0
 
 
+def restate(record: dict, name: str = "long-attention") -> Verdict | None:
+    """The rule of ``CLAIM`` on a record's own numbers: both exponents from its cost rows, Q11 from its per-seed
+    accuracies (and per-document correctness where recorded), so a record made under an older rule is judged by
+    this one."""
+    cost = [r for r in record.get("cost_rows") or [] if isinstance(r, dict) and r.get("length")]
+    acc = record.get("seed_accuracy")
+    if not cost or not isinstance(acc, dict):
+        return None
+    correct = record.get("seed_correct") if isinstance(record.get("seed_correct"), dict) else None
+    return decide(top_exponent(cost, "sdpa"), max(int(r["length"]) for r in cost), top_exponent(cost, "window"),
+                  acc, correct=correct)
+
+
 def validity(record: dict) -> list:
     """The conditions of ``CLAIM`` on a results record (``seed_accuracy``: per variant, per-seed dev accuracy)."""
     from ptmlab.studies.common import above_trivial, task_of
