@@ -17,7 +17,7 @@ def _run(out, *extra):
 def _removed(res):
     """Layer -> the removed model's dev metric, from the results' rows."""
     return {r["layer"]: v for r in res["rows"] for k, v in r.items()
-            if k.startswith("removed_") and k != "removed_delta"}
+            if k.startswith("removed_") and k != "removed_delta"}  # removed_<metric>
 
 
 def test_layer_ablation_resumes_from_each_seeds_cache(tmp_path):
@@ -30,6 +30,8 @@ def test_layer_ablation_resumes_from_each_seeds_cache(tmp_path):
     # the table is the mean over the two seeds' cached tables
     rows = _removed(first)
     assert set(rows) == {0, 1}
+    # each layer's removal interval (seeds, then examples) sits around its mean change
+    assert all(r["removal_low"] - 1e-9 <= r["removed_delta"] <= r["removal_high"] + 1e-9 for r in first["rows"])
     for layer, value in rows.items():
         assert abs(value - (removed[0][layer] + removed[1][layer]) / 2) < 1e-9, (layer, value)
 

@@ -227,6 +227,8 @@ def test_ablation_every_outcome():
     helps = {(0, 7): [flip(base[0], 60)]}
     v, counts = decide(base, {**harmless, **helps}, 0.01)
     assert v.outcome == SUPPORTED and counts["helpful"] == 1 and counts["harmless"] == 8
+    low, high = counts["bounds"][(0, 7)]  # the helpful unit's interval lies above 0
+    assert 0 < low < high and all(lo >= -0.01 for lo, _ in counts["bounds"].values())
     hurts = {(1, h): [base[0] * coin(0.7, 500, seed=10 + h)] for h in range(4)}
     v, counts = decide(base, {**harmless, **hurts}, 0.01, "head")
     assert v.outcome == NOT_SUPPORTED and counts["harmful"] == 4

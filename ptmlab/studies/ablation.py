@@ -207,14 +207,16 @@ def unit_interval(r: list, b: list, metric: str, confidence: float = 0.95):
 def decide(base: list, removed: dict, tol: float, unit: str = "head") -> tuple[Verdict, dict]:
     """The rule of ``CLAIM``: ``base[k]`` is seed k's intact per-example correctness, ``removed[u][k]`` unit u's
     after removal. Returns the verdict and the counts (harmless, harmful, helpful, units) with how the intervals
-    were made (``intervals``)."""
+    were made (``intervals``) and each unit's 95% interval (``bounds``: {unit: (low, high)})."""
     if any(b is None for b in base):
         return Verdict(INCONCLUSIVE, "no per-example correctness (a regression task): the bootstrap rule cannot "
                                      "run"), {}
     n = len(removed)
     harmless = harmful = helpful = raised = 0
+    bounds = {}
     for u, runs in removed.items():
         est = unit_interval(runs, base, f"{unit} {u}")
+        bounds[tuple(u)] = (est.low, est.high)
         harmless += est.low >= -tol
         harmful += est.high < -tol
         raised += est.value > 0
@@ -226,7 +228,8 @@ def decide(base: list, removed: dict, tol: float, unit: str = "head") -> tuple[V
               "intervals": {"seed_level": 1, "seeds": len(base),
                             "method": "hierarchical bootstrap, t over seeds" if len(base) > 1 else
                             "percentile bootstrap over examples (one model)",
-                            "tail_resamples": None if len(base) > 1 else resamples_for(1 - 0.05 / n) * tail}}
+                            "tail_resamples": None if len(base) > 1 else resamples_for(1 - 0.05 / n) * tail},
+              "bounds": bounds}
     rare = Verdict(SUPPORTED if harmless >= 0.75 * n else NOT_SUPPORTED if harmful > 0.25 * n else INCONCLUSIVE,
                    f"removing one {unit} is harmless (95% interval above -{tol:g}) for {harmless} of {n} and harmful "
                    f"(interval below -{tol:g}) for {harmful}")
@@ -256,7 +259,12 @@ def _run(kind: str, argv: list[str]) -> int:
             removed.setdefault(u, []).append(c)
     table = tables[0] if len(tables) == 1 else _mean_table(tables)
     v, counts = decide(base, removed, a.tolerance, kind)
+    bounds = counts.pop("bounds", {})
     rows = table.rows()
+    for r in rows:  # each unit's removal interval beside its mean change
+        low_high = bounds.get((r["layer"], r["head"]) if "head" in r else (r["layer"],))
+        if low_high is not None:
+            r["removal_low"], r["removal_high"] = low_high
     if kind == "head":
         fig = plots.heatmap(table.removed - table.base, f"{table.metric} change, head removed")
     else:
