@@ -197,14 +197,14 @@ def one_seed(a) -> tuple[list[dict], dict, dict]:
     from ptmlab.studies.compress_common import change_run, dev_correctness, measure_run, measurer, once, start
 
     out, ft = start(a)
-    model = load_model(ft)  # what the structural methods and the student start from
     ref_dir = out / "reference"
-    # the reference gets the recovery fine-tuning too: as much training as the compressed models
+    # the reference gets the recovery fine-tuning too: as much training as the compressed models; it has the
+    # architecture of ``ft`` (what the structural methods and the student start from), so it gives the counts
     finetune_variant(a, ref_dir, model=ft, seed=a.seed, test=False)
     reference = load_model(str(ref_dir))
     meas = measurer(a, load_tokenizer(ft))
-    n_layers = structure_of(model).num_layers(model)
-    total, in_layers = parameter_count(model), layer_params(model)
+    n_layers = structure_of(reference).num_layers(reference)
+    total, in_layers = parameter_count(reference), layer_params(reference)
     k = min(n_layers - 1, max(1, round(a.keep * n_layers)))
     rows = [measure_run(meas, REFERENCE, ref_dir, method="none", budget="all")]
     correct = {"none": dev_correctness(meas, reference)}
@@ -219,7 +219,7 @@ def one_seed(a) -> tuple[list[dict], dict, dict]:
             rows.append(measure_run(meas, f"pruned heads+FFN ({frac:.1%} of all params)", run_dir,
                                     budget=f"keep {a.keep:g} of layer params"))
         elif method == "lowrank":
-            ratio = rank_ratio_for(model, a.keep)
+            ratio = rank_ratio_for(reference, a.keep)
             change_run(a, "lowrank", ft, run_dir, rank_ratio=ratio)
             rows.append(measure_run(meas, f"low rank (rank ratio {ratio:.3f})", run_dir,
                                     budget=f"keep {a.keep:g} of Linear weights"))
