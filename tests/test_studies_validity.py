@@ -436,3 +436,18 @@ def test_domain_majority_is_read_from_the_rows_each_seed_was_tested_on():
     close = [{**r, "test_majority": r["kd"] - 0.004} for r in rows]  # under one of 200 test rows above: not above
     (at_chance,) = above_domain_majority(close, ("kd",))
     assert not at_chance.met
+
+
+def test_rederive_keeps_a_detectable_effect_reported_beside_counts():
+    """The ablation rule counts units and quotes no interval in its reason: what it could detect travels in the
+    record and survives judging it again (a record without it stays without it)."""
+    path = ROOT / "studies" / "results" / "head-ablation" / "results.json"
+    if not path.is_file():
+        pytest.skip("studies/results/head-ablation is not committed in this checkout")
+    record = json.loads(path.read_text(encoding="utf-8"))
+    det = record["counts"]["detectable"]["per_unit_bonferroni"]
+    assert record["outcome"] == INCONCLUSIVE and record["detectable_effect"] == pytest.approx(det)
+    again = rederive_record("head-ablation", record, STUDIES)
+    assert again["detectable_effect"] == pytest.approx(det)
+    bare = rederive_record("head-ablation", {**record, "detectable_effect": None}, STUDIES)
+    assert bare["detectable_effect"] is None

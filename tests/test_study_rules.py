@@ -220,6 +220,8 @@ def test_anomaly_every_outcome_and_ties_are_not_earlier():
 
 
 def test_ablation_every_outcome():
+    from scipy import stats
+
     from ptmlab.studies.ablation import decide
 
     base = [coin(0.8, 500, seed=1)]
@@ -235,6 +237,16 @@ def test_ablation_every_outcome():
     v, counts = decide(base, harmless, 0.01)  # harmless, a few flips up, none significant
     assert v.outcome == INCONCLUSIVE and counts["helpful"] == 0 and counts["raised"] > 0
     assert decide([None], harmless, 0.01)[0].outcome == INCONCLUSIVE
+    # what the run could detect, per part: three seeds' Bonferroni-level t quantile (2 df) dwarfs the 95% one
+    seeds = [coin(0.8, 500, seed=s) for s in (1, 2, 3)]
+    removed = {(0, h): [flip(b, 3 + h + k) for k, b in enumerate(seeds)] for h in range(8)}
+    v, counts = decide(seeds, removed, 0.01)
+    d = counts["detectable"]
+    t = stats.t.ppf
+    ratio = (t(1 - 0.05 / 16, 2) + t(0.8, 2)) / (t(0.975, 2) + t(0.8, 2))  # Bonferroni over 8 units, 2 df
+    assert 0 < d["per_unit_95"] < 0.05 and d["per_unit_bonferroni"] == pytest.approx(ratio * d["per_unit_95"])
+    assert v.outcome == INCONCLUSIVE and v.detectable_effect == d["per_unit_bonferroni"]
+    assert "could detect" in v.reason
 
 
 def test_ghost_every_outcome():

@@ -24,7 +24,10 @@ is harmless when the interval's lower end is at or above -tolerance, harmful whe
 Part 1 ("rarely hurts"): supported when at least 75% of units are harmless, not supported when more than 25% are
 harmful, inconclusive otherwise. Part 2 ("sometimes helps"): supported when at least one unit's removal raises
 accuracy with a Bonferroni-corrected interval (95% over all units) above 0, not supported when no unit's removal
-raises it at all, inconclusive otherwise. The claim is both parts (``combine``).
+raises it at all, inconclusive otherwise. The claim is both parts (``combine``). What the run could detect: per
+part, the median over units of each unit's detectable effect (``verdict.detectable_effect``), at 95% for part 1 and
+at the Bonferroni level for part 2 (``counts.detectable``); with three seeds the corrected t quantile (2 degrees of
+freedom) makes part 2's far larger than part 1's.
 
 The model is a fine-tuned run directory, or a zoo model fine-tuned here first (one budget, once per seed:
 ``--seeds``; ``--budget full``: seeds 0,1,2 and mpnet). Every head (layer) is removed and, separately, made uniform;
@@ -63,6 +66,7 @@ from ptmlab.studies.verdict import (
     Condition,
     Verdict,
     combine,
+    detectable_effect,
     hierarchical_bootstrap,
     paired_bootstrap,
     resamples_for,
@@ -213,10 +217,12 @@ def decide(base: list, removed: dict, tol: float, unit: str = "head") -> tuple[V
                                      "run"), {}
     n = len(removed)
     harmless = harmful = helpful = raised = 0
-    bounds = {}
+    bounds, detect, detect_corrected = {}, [], []
     for u, runs in removed.items():
         est = unit_interval(runs, base, f"{unit} {u}")
         bounds[tuple(u)] = (est.low, est.high)
+        detect.append(detectable_effect(est))
+        detect_corrected.append(detectable_effect(est, confidence=1 - 0.05 / n))
         harmless += est.low >= -tol
         harmful += est.high < -tol
         raised += est.value > 0
@@ -230,12 +236,28 @@ def decide(base: list, removed: dict, tol: float, unit: str = "head") -> tuple[V
                             "percentile bootstrap over examples (one model)",
                             "tail_resamples": None if len(base) > 1 else resamples_for(1 - 0.05 / n) * tail},
               "bounds": bounds}
+    det, det_corrected = _median_detectable(detect), _median_detectable(detect_corrected)
+    counts["detectable"] = {"per_unit_95": det, "per_unit_bonferroni": det_corrected}
     rare = Verdict(SUPPORTED if harmless >= 0.75 * n else NOT_SUPPORTED if harmful > 0.25 * n else INCONCLUSIVE,
                    f"removing one {unit} is harmless (95% interval above -{tol:g}) for {harmless} of {n} and harmful "
-                   f"(interval below -{tol:g}) for {harmful}")
+                   f"(interval below -{tol:g}) for {harmful}" + _could_detect(det, "per " + unit),
+                   detectable_effect=det)
     helps = Verdict(SUPPORTED if helpful else NOT_SUPPORTED if not raised else INCONCLUSIVE,
-                    f"removal raises accuracy for {raised} of {n} {unit}s, significantly (Bonferroni) for {helpful}")
+                    f"removal raises accuracy for {raised} of {n} {unit}s, significantly (Bonferroni) for {helpful}"
+                    + _could_detect(det_corrected, f"per {unit}, Bonferroni over {n}"),
+                    detectable_effect=det_corrected)
     return combine([rare, helps]), counts
+
+
+def _median_detectable(effects: list) -> float | None:
+    """The median over units of what each unit's interval could have detected; units whose removal changed no
+    prediction on any seed (no spread) are left out. None when no unit has a finite interval (one seed)."""
+    known = [e for e in effects if e is not None]
+    return float(np.median(known)) if known else None
+
+
+def _could_detect(effect: float | None, what: str) -> str:
+    return "" if effect is None else f" (could detect ±{effect:.4f}, median {what})"
 
 
 def _run(kind: str, argv: list[str]) -> int:

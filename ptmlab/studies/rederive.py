@@ -81,6 +81,8 @@ def recorded_rule(record: dict) -> Verdict:
     estimate = Estimate.from_dict(est) if isinstance(est, dict) and est.get("value") is not None else None
     dets = [detectable_effect(e) for e in ([estimate] if estimate else estimates_in(reason))]
     dets = [d for d in dets if d is not None]
+    if not dets and isinstance(record.get("detectable_effect"), int | float):
+        dets = [record["detectable_effect"]]  # a rule that reports it beside counts, not beside an interval
     if estimate is None and outcome != INCONCLUSIVE:
         dets = []  # a decided rule of several parts: ``combine`` keeps only its open parts' detectable effects
     return Verdict(outcome, reason, estimate, detectable_effect=max(dets) if dets else None)

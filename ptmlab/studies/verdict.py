@@ -184,14 +184,15 @@ def _quantile(p: float, df: int | None) -> float:
     return float(stats.t.ppf(p, df) if df else stats.norm.ppf(p))
 
 
-def detectable_effect(est: Estimate | None, power: float = POWER) -> float | None:
+def detectable_effect(est: Estimate | None, power: float = POWER, confidence: float | None = None) -> float | None:
     """The smallest true distance from the rule's threshold that this run would declare with probability ``power``:
     ``(q(1 - α/2) + q(power)) × SE``, ``SE = half-width / q(1 - α/2)`` (t quantiles with ``est.df``, else normal).
-    None without a finite interval (one run)."""
+    ``confidence``: the level the rule tests at when it is not the estimate's own (a Bonferroni-corrected test read
+    from a 95% interval's SE). None without a finite interval (one run)."""
     if est is None or not (math.isfinite(est.low) and math.isfinite(est.high)) or est.high <= est.low:
         return None  # one run, or no spread at all (every seed the same): the noise is not measured
-    z = _quantile(0.5 + est.confidence / 2, est.df)
-    se = est.half_width() / z
+    se = est.half_width() / _quantile(0.5 + est.confidence / 2, est.df)
+    z = _quantile(0.5 + (est.confidence if confidence is None else confidence) / 2, est.df)
     return float((z + _quantile(power, est.df)) * se)
 
 
