@@ -97,11 +97,16 @@ def _write_dev(path: Path, n: int = 24) -> None:
     DEV["file"] = str(path)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _dev_file(tmp_path_factory):
+    """The parity text for every test here, whichever runs first (each xdist worker writes its own)."""
+    _write_dev(tmp_path_factory.mktemp("dev") / "dev.csv")
+
+
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
     """Every modified tiny model saved through ptmlab's save path and exported in every format it supports."""
     root = tmp_path_factory.mktemp("export")
-    _write_dev(tmp_path_factory.mktemp("dev") / "dev.csv")
     tok = load_tokenizer("tiny")
     out = {"root": root, "reference": {}, "infos": {}, "errors": {}}
     for kind in KINDS:
