@@ -442,8 +442,6 @@ def test_rederive_keeps_a_detectable_effect_reported_beside_counts():
     """The ablation rule counts units and quotes no interval in its reason: what it could detect travels in the
     record and survives judging it again (a record without it stays without it)."""
     path = ROOT / "studies" / "results" / "head-ablation" / "results.json"
-    if not path.is_file():
-        pytest.skip("studies/results/head-ablation is not committed in this checkout")
     record = json.loads(path.read_text(encoding="utf-8"))
     det = record["counts"]["detectable"]["per_unit_bonferroni"]
     assert record["outcome"] == INCONCLUSIVE and record["detectable_effect"] == pytest.approx(det)
