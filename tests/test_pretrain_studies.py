@@ -114,6 +114,26 @@ def test_tokenizers_downstream_trains_the_same_tokenizers_twice(corpus, tmp_path
         assert (first[t] / "tokenizer.json").read_bytes() == (second[t] / "tokenizer.json").read_bytes(), t
 
 
+
+def test_tokenizers_downstream_refuses_tokenizers_trained_at_another_size(corpus, tmp_path):
+    """A rerun in the same folder at another vocabulary size (another --budget) is a one-line error naming the
+    difference, not a silent reuse of the smaller tokenizers; the same settings reuse them untouched."""
+    from ptmlab.core.errors import PtmlabError
+    from ptmlab.studies.common import parse_study_args
+    from ptmlab.studies.tokenizers_downstream import TokenizersDownstreamArgs, train_tokenizers
+
+    def args(vocab):
+        return parse_study_args("tokenizers-downstream", TokenizersDownstreamArgs,
+                                ["--files", str(corpus), "--vocab-size", str(vocab)])
+
+    paths = train_tokenizers(args(120), tmp_path)
+    stamp = (paths["bpe"] / "tokenizer.json").stat().st_mtime_ns
+    assert train_tokenizers(args(120), tmp_path) == paths
+    assert (paths["bpe"] / "tokenizer.json").stat().st_mtime_ns == stamp
+    with pytest.raises(PtmlabError, match="vocab_size 120 there, 150 now"):
+        train_tokenizers(args(150), tmp_path)
+
+
 # ------------------------------------------------------------------------------------------------ end to end
 def _run_study(name: str, out: Path, *extra: str) -> dict:
     from ptmlab.studies import load_all

@@ -105,19 +105,32 @@ class TokenizersDownstreamArgs(PretrainStudyArgs):
 
 
 def train_tokenizers(a: TokenizersDownstreamArgs, out: Path) -> dict[str, Path]:
-    """Every type trained on the pre-training corpus into OUTPUT/tokenizers/<type> (reused when there)."""
+    """Every type trained on the pre-training corpus into OUTPUT/tokenizers/<type>, reused when there with the same
+    settings (``OUTPUT/tokenizers/settings.json``); one made with other settings (a rerun with another ``--budget``
+    in the same folder) is a one-line error rather than silently reused."""
+    import json
+
+    from ptmlab.core.io import atomic_write_json
     from ptmlab.pretrain.corpus import iter_documents
     from ptmlab.tokenization.corpora import TextSource
     from ptmlab.tokenization.train import train_and_save
 
     root = out / "tokenizers"
     paths = {t: root / t for t in a.types}
+    files = corpus_files(a, out)  # read as pre-training reads it (.gz, .jsonl text fields, documents)
+    settings = {"vocab_size": a.vocab_size, "lowercase": a.lowercase, "files": files}
+    saved_file = root / "settings.json"
+    saved = json.loads(saved_file.read_text()) if saved_file.is_file() else None
     missing = [t for t, p in paths.items() if a.overwrite or not (p / "tokenizer.json").is_file()]
+    if saved is not None and saved != settings and len(missing) < len(paths) and not a.overwrite:
+        differ = ", ".join(f"{k} {saved.get(k)!r} there, {v!r} now" for k, v in settings.items() if saved.get(k) != v)
+        raise PtmlabError(f"'{root}' holds tokenizers trained with other settings ({differ}): pass --overwrite to "
+                          "redo them, or another --output")
     if missing:
-        files = corpus_files(a, out)  # read as pre-training reads it (.gz, .jsonl text fields, documents)
         sources = [TextSource("corpus", None, ",".join(files), lambda: iter_documents(files))]
         train_and_save(missing, sources, a.vocab_size, root if len(missing) > 1 else paths[missing[0]],
                        lowercase=a.lowercase)
+        atomic_write_json(saved_file, settings)
     return paths
 
 
