@@ -27,8 +27,8 @@ adapters, 5e-4 for LoRA.
 
 Confirmatory run, fixed before it ran: the three-seed run (``--task sst2 --strategies full,gradual-unfreeze --seeds
 0,1,2``) could detect only ±0.0113 against the ±0.01 margin; the committed result is nine fresh seeds with otherwise
-the same settings (``--seeds 3,4,5,6,7,8,9,10,11``: t quantile 2.31 instead of 4.30 and three times the seeds, so
-about ±0.0035 if the seeds vary as much). Seeds 0-2 are not pooled into it: they set its size.
+the same settings (``--seeds 3,4,5,6,7,8,9,10,11``: t quantiles with 8 degrees of freedom instead of 2 and three
+times the seeds, so about ±0.004 if the seeds vary as much). Seeds 0-2 are not pooled into it: they set its size.
 
 Budgets and rough times on 2 CPU cores and one GPU: docs/studies.md.
 """
