@@ -66,3 +66,20 @@ def test_no_uniform_skips_the_uniform_column_and_keeps_the_removal_numbers(tmp_p
     cache = json.loads((tmp_path / "only" / "layer-ablation" / "seed-0.json").read_text())
     assert cache["key"]["uniform"] is False
     assert only["outcome"] == both["outcome"]
+
+
+def test_split_design_reuses_the_removals_and_records_its_choice(tmp_path):
+    """``--helps split`` reads the same cached removals (part 2's design is not part of a cache's key) and records
+    the unit chosen on even dev positions, each unit's choosing-half gain and the chosen unit's held-out interval."""
+    out = tmp_path / "la"
+    first = _run(out, "--no-uniform")
+    stamps = [(out / "layer-ablation" / f"seed-{s}.json").stat().st_mtime_ns for s in (0, 1)]
+    split = _run(out, "--no-uniform", "--helps", "split")
+    assert [(out / "layer-ablation" / f"seed-{s}.json").stat().st_mtime_ns for s in (0, 1)] == stamps
+    assert _removed(split) == _removed(first)
+    helps = split["counts"]["helps"]
+    assert helps["design"] == "split" and set(helps["choosing_gains"]) == {"[0]", "[1]"}
+    assert helps["chosen"] == [int(max(helps["choosing_gains"], key=helps["choosing_gains"].get)[1])]
+    held = helps["held_out"]
+    assert held["low"] <= held["value"] <= held["high"] and "held out" in held["metric"]
+    assert "helps" not in first["counts"]

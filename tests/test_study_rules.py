@@ -249,6 +249,42 @@ def test_ablation_every_outcome():
     assert "could detect" in v.reason
 
 
+def test_ablation_split_design_every_outcome():
+    """``--helps split``: the unit that helps most on even positions is tested alone on odd ones at 95%."""
+    from ptmlab.studies.ablation import decide
+
+    seeds = [coin(0.8, 600, seed=s) for s in (1, 2, 3)]
+    harmless = {(0, h): [flip(b, 1 + (h + k) % 2) for k, b in enumerate(seeds)] for h in range(6)}
+
+    def wrong_at(b, parity, k):  # b with its first k wrong examples at even (0) or odd (1) positions made right
+        y = b.copy()
+        idx = [i for i in np.flatnonzero(y == 0) if i % 2 == parity][:k]
+        y[idx] = 1
+        return y
+
+    helps = {(1, 0): [wrong_at(wrong_at(b, 0, 30), 1, 30 + k) for k, b in enumerate(seeds)]}
+    v, counts = decide(seeds, {**harmless, **helps}, 0.01, "head", "split")
+    h = counts["helps"]
+    assert h["design"] == "split" and h["chosen"] == [1, 0] and h["choosing_gain"] > 0.09
+    assert v.outcome == SUPPORTED and h["held_out"]["low"] > 0 and counts["helpful"] == 1
+    # the best unit on the choosing half helps only there: its held-out change is 0 everywhere -- not shown
+    lucky = {(1, 0): [wrong_at(b, 0, 30) for b in seeds]}
+    v, counts = decide(seeds, {**harmless, **lucky}, 0.01, "head", "split")
+    assert counts["helps"]["chosen"] == [1, 0] and v.outcome == INCONCLUSIVE
+    assert counts["helps"]["held_out"]["value"] == 0 and counts["helpful"] == 0
+    # the chosen unit hurts on the held-out half: not supported
+    turn = {(1, 0): [wrong_at(b, 0, 30) * np.where(np.arange(600) % 2 == 1, coin(0.8, 600, seed=9 + k), 1)
+                     for k, b in enumerate(seeds)]}
+    v, _ = decide(seeds, {**harmless, **turn}, 0.01, "head", "split")
+    assert v.outcome == NOT_SUPPORTED
+    # no removal raises accuracy on the choosing half: not supported
+    same = {(0, h): [b.copy() for b in seeds] for h in range(3)}
+    v, counts = decide(seeds, same, 0.01, "head", "split")
+    assert v.outcome == NOT_SUPPORTED and "no head's removal raises accuracy" in v.reason
+    with pytest.raises(ValueError, match="unknown part-2 design"):
+        decide(seeds, same, 0.01, "head", "holm")
+
+
 def test_ghost_every_outcome():
     from ptmlab.studies.ghost import decide
 
