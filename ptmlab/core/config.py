@@ -63,7 +63,7 @@ def add_config_args(parser: argparse.ArgumentParser, cls, exclude: tuple[str, ..
         default = f.default if f.default is not dataclasses.MISSING else None
         if default is not None and default != "":
             help_ = f"{help_} (default: {default})" if help_ else f"default: {default}"
-        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": help_}
+        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": help_.replace("%", "%%")}
         if tp is bool:
             kw["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(tp) is list:
