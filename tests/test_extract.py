@@ -165,3 +165,38 @@ def test_study_reports_adaptive_attacks_and_false_alarms(victim, tmp_path):
     legit = [r for r in rows if r["strategy"].startswith("legitimate")]
     assert "legitimate tweets" in {r["strategy"] for r in legit}
     assert all("key flagged: False" in r["cost_to_users"] for r in legit)  # no legitimate key is flagged
+
+
+def test_study_scores_agreement_on_the_unlabelled_test_split_too(victim, tmp_path):
+    import json
+
+    from ptmlab.extraction.extract import run_labels
+    from ptmlab.studies.extraction import run as run_study
+
+    data = victim.parent / "data"
+    with open(data / "dev.csv", newline="") as f:
+        texts = [r["text"] for r in csv.DictReader(f)]
+    test_file = tmp_path / "test.csv"
+    with open(test_file, "w", newline="") as f:  # no label column: agreement needs none
+        w = csv.writer(f)
+        w.writerow(["text"])
+        w.writerows([[t[::-1]] for t in texts[:40]])
+    out = tmp_path / "study"
+    args = ["--victim", str(victim), "--task", "synthetic", "--train-file", str(data / "train.csv"), "--dev-file",
+            str(data / "dev.csv"), "--test-file", str(test_file), "--model", "tiny", "--budgets", "60",
+            "--strategies", "random", "--epochs", "1", "--max-eval", "30", "--max-length", "32", "--defences", "",
+            "--agreement-on", "dev,test", "--output", str(out)]
+    assert run_study(args) == 0
+    record = json.loads((out / "results.json").read_text())
+    assert record["agreement_examples"] == {"dev": 30, "test": 40}
+    pred = json.loads((out / "random-60" / "predictions_test.json").read_text())
+    assert len(pred["victim"]) == len(pred["copy"]) == 40
+    from ptmlab.data.loaders import load_task
+    test = load_task("synthetic", None, str(data / "train.csv"), None, str(test_file)).splits["test"]
+    assert pred["victim"] == run_labels(str(victim), test, 32, 64)  # the victim's own labels of those sentences
+    dev = json.loads((out / "random-60" / "predictions_dev.json").read_text())
+    both = [float(c == v) for c, v in zip(dev["copy"] + pred["copy"], dev["victim"] + pred["victim"], strict=True)]
+    assert record["estimate"]["value"] == pytest.approx(sum(both) / 70)
+    bad = args[:-4] + ["--agreement-on", "dev,train", "--output", str(tmp_path / "bad")]
+    with pytest.raises(PtmlabError, match="--agreement-on"):
+        run_study(bad)

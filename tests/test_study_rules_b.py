@@ -219,6 +219,21 @@ def test_extraction_decide_bootstraps_dev_agreement():
     assert "label: 60.0%" in decide(([1.0] * 970 + [0.0] * 30, 0.5), 1000, rows).reason
 
 
+def test_extraction_agreement_pools_dev_and_test_examples(tmp_path):
+    import json
+
+    from ptmlab.studies.extraction import agreement
+
+    (tmp_path / "predictions_dev.json").write_text(json.dumps({"victim": [0, 1, 1, 0], "copy": [0, 1, 0, 0]}))
+    assert agreement(tmp_path, ["dev", "test"]) == (None, {"dev": 4})  # test asked for, not scored: no estimate
+    (tmp_path / "predictions_test.json").write_text(json.dumps({"victim": [1] * 6, "copy": [1] * 5 + [0]}))
+    (agree, majority), counts = agreement(tmp_path, ["dev", "test"])
+    assert agree == [1.0, 1.0, 0.0, 1.0] + [1.0] * 5 + [0.0] and counts == {"dev": 4, "test": 6}
+    assert majority == 0.8  # label 1 on 8 of the 10 examples of both splits
+    (agree, majority), counts = agreement(tmp_path)
+    assert agree == [1.0, 1.0, 0.0, 1.0] and majority == 0.5 and counts == {"dev": 4}
+
+
 # ------------------------------------------------------------------------------------------------ tokenizers
 def _counts(words, pieces, continued):
     return {"words": np.asarray(words, float), "pieces": np.asarray(pieces, float),

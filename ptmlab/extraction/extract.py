@@ -128,22 +128,30 @@ def _point(budget: int, res: dict, spec) -> dict:
 def victim_dev_labels(cfg: ExtractConfig, client: VictimClient, dev, victim_names: list[str]) -> tuple[list[int], int]:
     """The victim's labels on the dev set: from its run directory when given (no queries), else from the API."""
     if cfg.victim_run:  # loaded through the zoo like any model: extraction needs nothing of serve's internals
-        from ptmlab.data.encode import encode_split
-        from ptmlab.models.zoo import load_model, load_tokenizer
-        from ptmlab.train.evaluate import predict_logits, resolve_precision
+        from ptmlab.models.zoo import load_model
 
-        model, tokenizer = load_model(cfg.victim_run), load_tokenizer(cfg.victim_run)
-        model.eval()
-        names = [str(model.config.id2label[i]) for i in range(len(model.config.id2label))]
+        config = load_model(cfg.victim_run).config
+        names = [str(config.id2label[i]) for i in range(len(config.id2label))]
         if names != victim_names:
             raise PtmlabError(f"--victim-run labels {names} differ from the API's {victim_names}: pass the served "
                               f"run directory")
-        enc = encode_split(tokenizer, dev, cfg.max_length)
-        logits = predict_logits(model, enc, tokenizer.pad_token_id or 0, cfg.eval_batch_size,
-                                resolve_precision("fp32"))
-        return [int(x) for x in logits.argmax(-1)], 0
+        return run_labels(cfg.victim_run, dev, cfg.max_length, cfg.eval_batch_size), 0
     answers = client.query(dev.text, dev.text_pair, desc="label dev")
     return answers.labels, len(dev)
+
+
+def run_labels(run_dir: str, split, max_length: int, batch_size: int) -> list[int]:
+    """The label ids (argmax, fp32) a run's classifier gives every example of ``split``: what the undefended API
+    answers for the victim, and the copy's labels, whose ids are the victim's."""
+    from ptmlab.data.encode import encode_split
+    from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.train.evaluate import predict_logits, resolve_precision
+
+    model, tokenizer = load_model(run_dir), load_tokenizer(run_dir)
+    model.eval()
+    logits = predict_logits(model, encode_split(tokenizer, split, max_length), tokenizer.pad_token_id or 0,
+                            batch_size, resolve_precision("fp32"))
+    return [int(x) for x in logits.argmax(-1)]
 
 
 def write_extract_report(run: RunDir, summary: dict) -> None:

@@ -12,12 +12,19 @@ task's trivial predictor (majority-class accuracy) by more than two standard err
 examples (one victim, no seeds to repeat): copying a victim that has learnt nothing shows nothing.
 
 Verdict rule (written before the runs): the copy trained on the largest --budgets of RANDOM queries, without
-defences, is compared with the victim on every dev example (1 when their labels agree, else 0); the mean agreement
-gets a 95% bootstrap interval over the dev examples. Supported when the interval lies above 0.90; not supported when
+defences, is compared with the victim on every dev example (1 when their labels agree, else 0), and with
+--agreement-on dev,test on every sentence of the task's (unlabelled) test split as well; the mean agreement gets a
+95% bootstrap interval over the examples (GLUE's test split has no labels, but agreement needs none, and neither
+model saw those sentences). Supported when the interval lies above 0.90; not supported when
 it lies below 0.90; inconclusive when it includes 0.90, or when the victim gives one label to 90% or more of the dev
 examples (a constant copy would agree as much). The claim is made for a budget as large as the training set: a
 smaller --budgets can only answer for that budget, and the results say which. The defences and adaptive attacks are
 measured beside it (agreement and cost to legitimate users), not part of the rule.
+
+Confirmatory design, fixed before its run: the full-budget run agreed on 0.9117 [0.8922, 0.9300] of the 872 dev
+sentences, undecided against 0.90 because 872 examples give about ±0.019. The confirmatory run scores the 872 dev
+and the 1,821 GLUE test sentences of SST-2 (2,693 in all, about ±0.011 at that agreement) with otherwise the same
+settings: ``ptmlab study extraction --budget full --agreement-on dev,test --output D``.
 
 Budgets: ``--budget small`` trains tiny copies of a tiny random victim on 40 and 80 queries (it checks the
 machinery; such a victim often answers one label, and the rule then says inconclusive); ``--budget full`` uses the
@@ -58,8 +65,10 @@ CLAIM = Claim(
     paper="SST-2, BERT-large victim 93.1%: RANDOM queries (as many as the training set) give a copy of about 90% "
           "accuracy (Table 2)",
     rule="the copy trained on the largest --budgets of RANDOM queries, without defences, is compared with the victim "
-         "on every dev example (1 when their labels agree, else 0); the mean agreement gets a 95% bootstrap interval "
-         "over the dev examples. Supported when the interval lies above 0.90; not supported when it lies below 0.90; "
+         "on every dev example (1 when their labels agree, else 0), and with --agreement-on dev,test on every "
+         "sentence of the task's (unlabelled) test split as well; the mean agreement gets a 95% bootstrap interval "
+         "over the examples (GLUE's test split has no labels, but agreement needs none, and neither model saw those "
+         "sentences). Supported when the interval lies above 0.90; not supported when it lies below 0.90; "
          "inconclusive when it includes 0.90, or when the victim gives one label to 90% or more of the dev examples "
          "(a constant copy would agree as much). The claim is made for a budget as large as the training set: a "
          "smaller --budgets can only answer for that budget, and the results say which. The defences and adaptive "
@@ -80,6 +89,9 @@ class ExtractionStudyArgs(StudyArgs):
     task: str = opt("", "the victim's task (default: sst2 when GLUE data is present, else tweets)")
     train_file: str | None = opt(None, "training data of a --train-file task (for query lengths)")
     dev_file: str | None = opt(None, "dev data of a --train-file task")
+    agreement_on: list[str] = opt(["dev"], "splits on which the rule compares the copy with the victim: dev, and "
+                                           "test (the task's test split, unlabelled in GLUE: agreement needs no "
+                                           "labels)")
     model: str = opt("minilm", "the copy's model")
     strategies: list[str] = opt(["random", "wiki"], "query strategies")
     budgets: list[str] = opt(["250", "500", "1000"], "query budgets (the curve)")
@@ -133,6 +145,9 @@ def run(argv: list[str]) -> int:
     from ptmlab.studies import extraction_adaptive as adaptive
 
     a = parse_study_args("extraction", ExtractionStudyArgs, argv, __doc__, small=SMALL, full=FULL)
+    unknown = sorted(set(a.agreement_on) - {"dev", "test"}) or ([] if "dev" in a.agreement_on else ["(dev missing)"])
+    if unknown:
+        raise PtmlabError(f"--agreement-on {','.join(a.agreement_on)}: give dev or dev,test")
     out = Path(a.output)
     if not a.victim:
         finetune_variant(a, out / "victim", model=a.victim_model)
@@ -193,10 +208,16 @@ def run(argv: list[str]) -> int:
         else:
             raise PtmlabError(f"unknown defence '{d}': choose from label, rounded:1, rounded:2, budget, watermark, "
                               f"detector, vote, padded, false-alarms")
-    verdict = decide(dev_agreement(out / f"random-{top}") if "random" in a.strategies else None, top, rows)
+    measured, counts = None, {}
+    if "random" in a.strategies:
+        if "test" in a.agreement_on:
+            test_labels(a, out / f"random-{top}")
+        measured, counts = agreement(out / f"random-{top}", a.agreement_on)
+    verdict = decide(measured, top, rows)
     write_study(out, f"Study: model extraction ({a.model} copy of {a.victim} on {a.task})", rows, verdict,
                 [(_curve_plot(rows), "agreement_curve", "agreement with the victim against the query budget")],
-                extra={"largest_budget": top}, claim=CLAIM, budget=a.budget, seeds=[a.seed], validity=validity)
+                extra={"largest_budget": top, "agreement_examples": counts}, claim=CLAIM, budget=a.budget,
+                seeds=[a.seed], validity=validity)
     return 0
 
 
@@ -213,18 +234,45 @@ def _info_row(strategy: str, budget: int, defence: str, cost: str) -> dict:
             "cost_to_users": cost}
 
 
-def dev_agreement(run_dir: Path) -> tuple[list[float], float] | None:
-    """Per dev example 1.0 / 0.0: the copy's label equals the victim's (from the run's predictions_dev.json); and
-    the share of the victim's most frequent label (what a constant copy would agree on)."""
+def test_labels(a: ExtractionStudyArgs, copy_dir: Path) -> None:
+    """The victim's and the copy's label ids on every sentence of the task's test split into
+    ``copy_dir/predictions_test.json``, as ``predictions_dev.json`` holds them for the dev set (both models from
+    their run directories: the undefended API answers the victim's own argmax, and the copy's ids are the
+    victim's)."""
+    from ptmlab.core.io import atomic_write_json
+    from ptmlab.extraction.extract import run_labels
+    from ptmlab.train.finetune import load_task_data
+
+    test = load_task_data(_extract_cfg(a, copy_dir, "random", 1), need_train=False).splits.get("test")
+    if test is None or not len(test):
+        raise PtmlabError(f"--agreement-on test: task '{a.task}' has no test split here: pass --test-file or give "
+                          f"--agreement-on dev")
+    atomic_write_json(copy_dir / "predictions_test.json",
+                      {who: run_labels(run_dir, test, a.max_length, a.eval_batch_size)
+                       for who, run_dir in (("victim", a.victim), ("copy", str(copy_dir)))})
+
+
+def agreement(run_dir: Path, splits=("dev",)) -> tuple[tuple[list[float], float] | None, dict]:
+    """Per example 1.0 / 0.0: the copy's label equals the victim's, over the dev set (``predictions_dev.json``)
+    and, when ``splits`` names it, the test split (``predictions_test.json``, written by ``test_labels``); the share
+    of the victim's most frequent label over the same examples (what a constant copy would agree on); and the number
+    of examples per split."""
     import json
     from collections import Counter
 
-    path = run_dir / "predictions_dev.json"
-    if not path.is_file():
-        return None
-    p = json.loads(path.read_text())
-    majority = Counter(p["victim"]).most_common(1)[0][1] / max(1, len(p["victim"]))
-    return [float(c == v) for c, v in zip(p["copy"], p["victim"], strict=True)], majority
+    agree, victim, counts = [], [], {}
+    for split in splits:
+        path = run_dir / f"predictions_{split}.json"
+        if not path.is_file():
+            return None, counts
+        p = json.loads(path.read_text())
+        agree += [float(c == v) for c, v in zip(p["copy"], p["victim"], strict=True)]
+        victim += p["victim"]
+        counts[split] = len(p["victim"])
+    if not agree:
+        return None, counts
+    majority = Counter(victim).most_common(1)[0][1] / len(victim)
+    return (agree, majority), counts
 
 
 def decide(measured: tuple[list[float], float] | None, top: int, rows: list[dict] | None = None) -> Verdict:
