@@ -141,6 +141,18 @@ def test_every_study_has_a_claim_even_without_results(tmp_path):
     assert all(e.outcome == "not run" and e.claim for e in entries)
 
 
+def test_underpowered_only_where_the_rule_left_the_claim_open():
+    from ptmlab.studies.dashboard import Entry
+
+    def power(outcome: str) -> str:
+        return Entry("s", outcome, "c", "src", detectable_effect=0.0112, paper_effect=0.01).power_text()
+
+    assert power("inconclusive") == "underpowered: could detect ±0.0112, the paper reports 0.0100"
+    # an interval that fitted inside the margin decided the rule: not underpowered, whatever its half-width
+    assert power("supported") == "could detect ±0.0112 (the paper reports 0.0100)"
+    assert power("not supported") == "could detect ±0.0112 (the paper reports 0.0100)"
+
+
 def test_dashboard_bad_paths_are_clean_errors(tmp_path):
     assert_clean_error(run_cli("study", "dashboard", "--results", str(tmp_path / "nope"), "--output",
                                str(tmp_path / "d")), "nope", "--results")

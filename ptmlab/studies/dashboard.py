@@ -72,12 +72,13 @@ class Entry:
         return _first_sentence(self.verdict, 160)
 
     def power_text(self) -> str:
-        """"could detect ±X" and, where the paper's effect is smaller, "underpowered: ... the paper reports Y"."""
+        """"could detect ±X" and, for an inconclusive run whose detectable effect is larger than the paper's,
+        "underpowered: ... the paper reports Y" (a run whose interval decided the rule was not underpowered for it)."""
         det, paper = self.detectable_effect, self.paper_effect
         if det is None:
             return "one run: no interval" if self.outcome == "inconclusive" else ""
         text = f"could detect ±{_num(det)}"
-        if paper is not None and det > abs(paper):
+        if paper is not None and det > abs(paper) and self.outcome == "inconclusive":
             text = f"underpowered: {text}, the paper reports {_num(paper)}"
         elif paper is not None:
             text += f" (the paper reports {_num(paper)})"
@@ -343,9 +344,10 @@ def claims_section(entries: list[Entry], link_from: Path | None, results_label: 
             "registered studies have results); do not edit by hand. Four outcomes: supported, not supported, "
             "inconclusive, and cannot test (a validity condition of the study is unmet on the run's own numbers, so "
             "its comparison says nothing about the claim). \"could detect\": the smallest effect the run would have "
-            "found at its noise; \"underpowered\" when the paper's effect is smaller. Rules and conditions: "
-            "[docs/studies.md](docs/studies.md). \"+ own options\": the run changed what the budget measures (another "
-            "grid, task or data); its command is in its results.json.\n\n" + markdown_table(entries, link_from))
+            "found at its noise; \"underpowered\": an inconclusive run that could not have found the paper's effect. "
+            "Rules and conditions: [docs/studies.md](docs/studies.md). \"+ own options\": the run changed what the "
+            "budget measures (another grid, task or data); its command is in its results.json.\n\n"
+            + markdown_table(entries, link_from))
 
 
 def replace_section(text: str, section: str) -> str:
