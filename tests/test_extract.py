@@ -197,6 +197,10 @@ def test_study_scores_agreement_on_the_unlabelled_test_split_too(victim, tmp_pat
     dev = json.loads((out / "random-60" / "predictions_dev.json").read_text())
     both = [float(c == v) for c, v in zip(dev["copy"] + pred["copy"], dev["victim"] + pred["victim"], strict=True)]
     assert record["estimate"]["value"] == pytest.approx(sum(both) / 70)
-    bad = args[:-4] + ["--agreement-on", "dev,train", "--output", str(tmp_path / "bad")]
-    with pytest.raises(PtmlabError, match="--agreement-on"):
-        run_study(bad)
+    for splits, test_args in (("dev,train", ["--test-file", str(test_file)]), ("test", ["--test-file", str(test_file)]),
+                              ("dev,test", [])):  # an unknown split, no dev, a task without a test split
+        bad = [x for x in args if x not in ("--test-file", str(test_file))][:-4] + test_args + [
+            "--agreement-on", splits, "--output", str(tmp_path / "bad")]
+        with pytest.raises(PtmlabError, match="--agreement-on"):
+            run_study(bad)
+        assert not (tmp_path / "bad").exists()  # refused before anything was trained or written

@@ -15,9 +15,9 @@ Verdict rule (written before the runs): the copy trained on the largest --budget
 defences, is compared with the victim on every dev example (1 when their labels agree, else 0), and with
 --agreement-on dev,test on every sentence of the task's (unlabelled) test split as well; the mean agreement gets a
 95% bootstrap interval over the examples (GLUE's test split has no labels, but agreement needs none, and neither
-model saw those sentences). Supported when the interval lies above 0.90; not supported when
-it lies below 0.90; inconclusive when it includes 0.90, or when the victim gives one label to 90% or more of the dev
-examples (a constant copy would agree as much). The claim is made for a budget as large as the training set: a
+model saw those sentences). Supported when the interval lies above 0.90; not supported when it lies below 0.90;
+inconclusive when it includes 0.90, or when the victim gives one label to 90% or more of the scored examples (a
+constant copy would agree as much). The claim is made for a budget as large as the training set: a
 smaller --budgets can only answer for that budget, and the results say which. The defences and adaptive attacks are
 measured beside it (agreement and cost to legitimate users), not part of the rule.
 
@@ -69,10 +69,10 @@ CLAIM = Claim(
          "sentence of the task's (unlabelled) test split as well; the mean agreement gets a 95% bootstrap interval "
          "over the examples (GLUE's test split has no labels, but agreement needs none, and neither model saw those "
          "sentences). Supported when the interval lies above 0.90; not supported when it lies below 0.90; "
-         "inconclusive when it includes 0.90, or when the victim gives one label to 90% or more of the dev examples "
-         "(a constant copy would agree as much). The claim is made for a budget as large as the training set: a "
-         "smaller --budgets can only answer for that budget, and the results say which. The defences and adaptive "
-         "attacks are measured beside it (agreement and cost to legitimate users), not part of the rule.",
+         "inconclusive when it includes 0.90, or when the victim gives one label to 90% or more of the scored "
+         "examples (a constant copy would agree as much). The claim is made for a budget as large as the training "
+         "set: a smaller --budgets can only answer for that budget, and the results say which. The defences and "
+         "adaptive attacks are measured beside it (agreement and cost to legitimate users), not part of the rule.",
     conditions=(
         "the victim above the task's majority-class accuracy by more than two standard errors over the dev "
         "examples",
@@ -145,9 +145,9 @@ def run(argv: list[str]) -> int:
     from ptmlab.studies import extraction_adaptive as adaptive
 
     a = parse_study_args("extraction", ExtractionStudyArgs, argv, __doc__, small=SMALL, full=FULL)
-    unknown = sorted(set(a.agreement_on) - {"dev", "test"}) or ([] if "dev" in a.agreement_on else ["(dev missing)"])
-    if unknown:
+    if not set(a.agreement_on) <= {"dev", "test"} or "dev" not in a.agreement_on:
         raise PtmlabError(f"--agreement-on {','.join(a.agreement_on)}: give dev or dev,test")
+    test = test_split(a) if "test" in a.agreement_on else None  # before any training: a missing split fails fast
     out = Path(a.output)
     if not a.victim:
         finetune_variant(a, out / "victim", model=a.victim_model)
@@ -210,8 +210,8 @@ def run(argv: list[str]) -> int:
                               f"detector, vote, padded, false-alarms")
     measured, counts = None, {}
     if "random" in a.strategies:
-        if "test" in a.agreement_on:
-            test_labels(a, out / f"random-{top}")
+        if test is not None:
+            test_labels(a, test, out / f"random-{top}")
         measured, counts = agreement(out / f"random-{top}", a.agreement_on)
     verdict = decide(measured, top, rows)
     write_study(out, f"Study: model extraction ({a.model} copy of {a.victim} on {a.task})", rows, verdict,
@@ -234,19 +234,24 @@ def _info_row(strategy: str, budget: int, defence: str, cost: str) -> dict:
             "cost_to_users": cost}
 
 
-def test_labels(a: ExtractionStudyArgs, copy_dir: Path) -> None:
-    """The victim's and the copy's label ids on every sentence of the task's test split into
-    ``copy_dir/predictions_test.json``, as ``predictions_dev.json`` holds them for the dev set (both models from
-    their run directories: the undefended API answers the victim's own argmax, and the copy's ids are the
-    victim's)."""
-    from ptmlab.core.io import atomic_write_json
-    from ptmlab.extraction.extract import run_labels
+def test_split(a: ExtractionStudyArgs):
+    """The task's test split (its texts; labels are not needed), or a one-line error naming the fix."""
     from ptmlab.train.finetune import load_task_data
 
-    test = load_task_data(_extract_cfg(a, copy_dir, "random", 1), need_train=False).splits.get("test")
+    test = load_task_data(_extract_cfg(a, Path(a.output), "random", 1), need_train=False).splits.get("test")
     if test is None or not len(test):
         raise PtmlabError(f"--agreement-on test: task '{a.task}' has no test split here: pass --test-file or give "
                           f"--agreement-on dev")
+    return test
+
+
+def test_labels(a: ExtractionStudyArgs, test, copy_dir: Path) -> None:
+    """The victim's and the copy's label ids on every example of ``test`` into ``copy_dir/predictions_test.json``,
+    as ``predictions_dev.json`` holds them for the dev set (both models from their run directories: the undefended
+    API answers the victim's own argmax, and the copy's ids are the victim's)."""
+    from ptmlab.core.io import atomic_write_json
+    from ptmlab.extraction.extract import run_labels
+
     atomic_write_json(copy_dir / "predictions_test.json",
                       {who: run_labels(run_dir, test, a.max_length, a.eval_batch_size)
                        for who, run_dir in (("victim", a.victim), ("copy", str(copy_dir)))})
@@ -284,8 +289,8 @@ def decide(measured: tuple[list[float], float] | None, top: int, rows: list[dict
     est = bootstrap_mean(agree, f"dev agreement of the RANDOM copy with the victim ({top} queries)")
     v = decide_above(est, THRESHOLD)
     if majority >= THRESHOLD:
-        v = Verdict(INCONCLUSIVE, f"{v.reason}, but the victim gives one label to {majority:.0%} of the dev examples: "
-                                  f"a constant copy would agree as much", est)
+        v = Verdict(INCONCLUSIVE, f"{v.reason}, but the victim gives one label to {majority:.0%} of the scored "
+                                  f"examples: a constant copy would agree as much", est)
     base = est.value
     parts = [v.reason]
     for r in rows or []:
