@@ -159,6 +159,11 @@ def test_unfreezing_every_outcome_and_collapse_is_not_support():
     assert collapse.outcome == INCONCLUSIVE and "schedule" in collapse.reason  # the reported case: was "supported"
     assert decide({"full": [0.80], "gradual-unfreeze": [0.80]}, "accuracy").outcome == INCONCLUSIVE  # one seed
     assert decide({"full": full, "gradual-unfreeze": [0.78, 0.83, 0.80]}, "accuracy").outcome == INCONCLUSIVE
+    # trailing beyond the margin on average, the interval not wholly below it: no seed count would bring support
+    trail = decide({"full": [0.80, 0.81, 0.80, 0.82], "gradual-unfreeze": [0.79, 0.785, 0.79, 0.79]}, "accuracy")
+    assert trail.outcome == INCONCLUSIVE and trail.estimate.high > -0.01 and trail.estimate.value < -0.01
+    assert "more seeds would at best show gradual unfreezing trailing" in trail.reason
+    assert trail.paper_effect is None  # so no "underpowered ... about N seeds would decide it" is added
 
 
 def test_random_init_every_outcome_and_degenerate_ties_do_not_decide():

@@ -177,6 +177,10 @@ def decide(per_seed: dict[str, list[float]], metric: str) -> Verdict:
         return Verdict(INCONCLUSIVE, f"{v.reason} (below -{MARGIN:g}): gradual unfreezing trails under this budget, "
                                      f"which measures its schedule, not whether it is needed", est,
                        detectable_effect=v.detectable_effect)
+    if est.value < -MARGIN:  # more seeds would narrow the interval below -MARGIN: the branch above, not support
+        return Verdict(INCONCLUSIVE, f"{v.reason}; the estimate lies below -{MARGIN:g}, so more seeds would at best "
+                                     f"show gradual unfreezing trailing under this budget, which measures its "
+                                     f"schedule, not whether it is needed", est, detectable_effect=v.detectable_effect)
     return Verdict(INCONCLUSIVE, v.reason, est, detectable_effect=v.detectable_effect, paper_effect=MARGIN)
 
 
