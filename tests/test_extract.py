@@ -197,6 +197,7 @@ def test_study_scores_agreement_on_the_unlabelled_test_split_too(victim, tmp_pat
     dev = json.loads((out / "random-60" / "predictions_dev.json").read_text())
     both = [float(c == v) for c, v in zip(dev["copy"] + pred["copy"], dev["victim"] + pred["victim"], strict=True)]
     assert record["estimate"]["value"] == pytest.approx(sum(both) / 70)
+    assert record["reason"].startswith("dev+test agreement of the RANDOM copy")
     for splits, test_args in (("dev,train", ["--test-file", str(test_file)]), ("test", ["--test-file", str(test_file)]),
                               ("dev,test", [])):  # an unknown split, no dev, a task without a test split
         bad = [x for x in args if x not in ("--test-file", str(test_file))][:-4] + test_args + [

@@ -147,7 +147,7 @@ def run(argv: list[str]) -> int:
     a = parse_study_args("extraction", ExtractionStudyArgs, argv, __doc__, small=SMALL, full=FULL)
     if not set(a.agreement_on) <= {"dev", "test"} or "dev" not in a.agreement_on:
         raise PtmlabError(f"--agreement-on {','.join(a.agreement_on)}: give dev or dev,test")
-    test = test_split(a) if "test" in a.agreement_on else None  # before any training: a missing split fails fast
+    test = load_test_split(a) if "test" in a.agreement_on else None  # before any training: a missing split fails fast
     out = Path(a.output)
     if not a.victim:
         finetune_variant(a, out / "victim", model=a.victim_model)
@@ -211,9 +211,9 @@ def run(argv: list[str]) -> int:
     measured, counts = None, {}
     if "random" in a.strategies:
         if test is not None:
-            test_labels(a, test, out / f"random-{top}")
+            label_test_split(a, test, out / f"random-{top}")
         measured, counts = agreement(out / f"random-{top}", a.agreement_on)
-    verdict = decide(measured, top, rows)
+    verdict = decide(measured, top, rows, a.agreement_on)
     write_study(out, f"Study: model extraction ({a.model} copy of {a.victim} on {a.task})", rows, verdict,
                 [(_curve_plot(rows), "agreement_curve", "agreement with the victim against the query budget")],
                 extra={"largest_budget": top, "agreement_examples": counts}, claim=CLAIM, budget=a.budget,
@@ -234,7 +234,7 @@ def _info_row(strategy: str, budget: int, defence: str, cost: str) -> dict:
             "cost_to_users": cost}
 
 
-def test_split(a: ExtractionStudyArgs):
+def load_test_split(a: ExtractionStudyArgs):
     """The task's test split (its texts; labels are not needed), or a one-line error naming the fix."""
     from ptmlab.train.finetune import load_task_data
 
@@ -245,7 +245,7 @@ def test_split(a: ExtractionStudyArgs):
     return test
 
 
-def test_labels(a: ExtractionStudyArgs, test, copy_dir: Path) -> None:
+def label_test_split(a: ExtractionStudyArgs, test, copy_dir: Path) -> None:
     """The victim's and the copy's label ids on every example of ``test`` into ``copy_dir/predictions_test.json``,
     as ``predictions_dev.json`` holds them for the dev set (both models from their run directories: the undefended
     API answers the victim's own argmax, and the copy's ids are the victim's)."""
@@ -259,9 +259,9 @@ def test_labels(a: ExtractionStudyArgs, test, copy_dir: Path) -> None:
 
 def agreement(run_dir: Path, splits=("dev",)) -> tuple[tuple[list[float], float] | None, dict]:
     """Per example 1.0 / 0.0: the copy's label equals the victim's, over the dev set (``predictions_dev.json``)
-    and, when ``splits`` names it, the test split (``predictions_test.json``, written by ``test_labels``); the share
-    of the victim's most frequent label over the same examples (what a constant copy would agree on); and the number
-    of examples per split."""
+    and, when ``splits`` names it, the test split (``predictions_test.json``, written by ``label_test_split``);
+    the share of the victim's most frequent label over the same examples (what a constant copy would agree on);
+    and the number of examples per split."""
     import json
     from collections import Counter
 
@@ -280,13 +280,14 @@ def agreement(run_dir: Path, splits=("dev",)) -> tuple[tuple[list[float], float]
     return (agree, majority), counts
 
 
-def decide(measured: tuple[list[float], float] | None, top: int, rows: list[dict] | None = None) -> Verdict:
+def decide(measured: tuple[list[float], float] | None, top: int, rows: list[dict] | None = None,
+           splits=("dev",)) -> Verdict:
     """The rule of ``CLAIM`` on (per-example agreement, the victim's majority-label share) at the largest budget;
     the defences (``rows``) are described after it, not part of it."""
     if not measured or not measured[0]:
         return Verdict(INCONCLUSIVE, "no undefended RANDOM attack at the largest budget was run")
     agree, majority = measured
-    est = bootstrap_mean(agree, f"dev agreement of the RANDOM copy with the victim ({top} queries)")
+    est = bootstrap_mean(agree, f"{'+'.join(splits)} agreement of the RANDOM copy with the victim ({top} queries)")
     v = decide_above(est, THRESHOLD)
     if majority >= THRESHOLD:
         v = Verdict(INCONCLUSIVE, f"{v.reason}, but the victim gives one label to {majority:.0%} of the scored "
