@@ -130,24 +130,25 @@ def victim_dev_labels(cfg: ExtractConfig, client: VictimClient, dev, victim_name
     if cfg.victim_run:  # loaded through the zoo like any model: extraction needs nothing of serve's internals
         from ptmlab.models.zoo import load_model
 
-        config = load_model(cfg.victim_run).config
-        names = [str(config.id2label[i]) for i in range(len(config.id2label))]
+        model = load_model(cfg.victim_run)
+        names = [str(model.config.id2label[i]) for i in range(len(model.config.id2label))]
         if names != victim_names:
             raise PtmlabError(f"--victim-run labels {names} differ from the API's {victim_names}: pass the served "
                               f"run directory")
-        return run_labels(cfg.victim_run, dev, cfg.max_length, cfg.eval_batch_size), 0
+        return run_labels(cfg.victim_run, dev, cfg.max_length, cfg.eval_batch_size, model=model), 0
     answers = client.query(dev.text, dev.text_pair, desc="label dev")
     return answers.labels, len(dev)
 
 
-def run_labels(run_dir: str, split, max_length: int, batch_size: int) -> list[int]:
+def run_labels(run_dir: str, split, max_length: int, batch_size: int, model=None) -> list[int]:
     """The label ids (argmax, fp32) a run's classifier gives every example of ``split``: what the undefended API
-    answers for the victim, and the copy's labels, whose ids are the victim's."""
+    answers for the victim, and the copy's labels, whose ids are the victim's. ``model``: the run's model when the
+    caller has loaded it already."""
     from ptmlab.data.encode import encode_split
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.train.evaluate import predict_logits, resolve_precision
 
-    model, tokenizer = load_model(run_dir), load_tokenizer(run_dir)
+    model, tokenizer = model if model is not None else load_model(run_dir), load_tokenizer(run_dir)
     model.eval()
     logits = predict_logits(model, encode_split(tokenizer, split, max_length), tokenizer.pad_token_id or 0,
                             batch_size, resolve_precision("fp32"))
