@@ -22,6 +22,22 @@ def test_mcc_by_hand():
     assert mcc([1, 1, 0, 0], [1, 1, 0, 0]) == pytest.approx(1.0)
 
 
+def test_binary_mcc_agrees_with_scikit_learn_and_multiclass_still_works():
+    """Binary labels are counted directly (bootstraps call this thousands of times): the same numbers as
+    scikit-learn, 0 for a constant prediction, and three classes still go through scikit-learn."""
+    import numpy as np
+    from sklearn.metrics import matthews_corrcoef
+
+    rng = np.random.default_rng(0)
+    for k in range(50):
+        refs = rng.integers(0, 2, 40)
+        preds = np.ones(40, dtype=int) if k % 10 == 0 else np.where(rng.random(40) < 0.7, refs, 1 - refs)
+        assert mcc(preds, refs) == pytest.approx(matthews_corrcoef(refs, preds), abs=1e-12)
+    assert mcc([1, 1, 1, 1], [1, 0, 1, 0]) == 0.0
+    three = ([0, 1, 2, 2, 1, 0], [0, 1, 2, 1, 1, 2])
+    assert mcc(*three) == pytest.approx(matthews_corrcoef(three[1], three[0]))
+
+
 def test_macro_f1_by_hand():
     preds = [0, 1, 2, 2, 1, 0]
     refs = [0, 1, 2, 1, 1, 2]

@@ -59,8 +59,81 @@ def test_cola_is_decided_by_mcc_not_accuracy():
     v, est = decide({"cola": {"static": majority, "contextual": signal}}, {"cola": gold})
     assert v.outcome == SUPPORTED and est["cola"].metric.startswith("cola: mcc gain")
     assert est["cola"].value == pytest.approx(np.mean([score(r, g, "mcc") for r, g in zip(signal, gold, strict=True)]))
+    assert "hierarchical bootstrap: 3 seeds then 200 examples" in est["cola"].method  # the seeds differ
     # without the labels MCC cannot be computed: no verdict from accuracy instead
     assert decide({"cola": {"static": majority, "contextual": signal}})[0].outcome == INCONCLUSIVE
+
+
+def test_mcc_gain_of_identical_seeds_keeps_the_dev_examples_noise():
+    """With the whole training set every seed trains the same deterministic probe: a t interval over such seeds had
+    no width. The MCC gain's interval then comes from the dev examples (one run), and shrinks as they grow."""
+    from ptmlab.data.metrics import mcc
+
+    def case(n: int):
+        gold = [1 if i % 10 < 7 else 0 for i in range(n)]
+        weak = [float(bool(i % 5) if g == 1 else i % 4 != 1) for i, g in enumerate(gold)]  # MCC about 0.36
+        strong = [1.0 if (g == 1 or i % 3 == 0) else 0.0 for i, g in enumerate(gold)]  # about 0.51
+        return gold, weak, strong
+
+    gold, weak, strong = case(300)
+    v, est = decide({"cola": {"static": [weak] * 3, "contextual": [strong] * 3}}, {"cola": [gold] * 3})
+    e = est["cola"]
+    preds = [[g if c else 1 - g for c, g in zip(r, gold, strict=True)] for r in (strong, weak)]
+    assert e.value == pytest.approx(mcc(preds[0], gold) - mcc(preds[1], gold))
+    assert e.high - e.low > 0.05 and e.df is None and e.n == 300  # examples, not three copies of one seed
+    assert "one run" in e.method and v.outcome in (SUPPORTED, INCONCLUSIVE)
+    assert v.outcome == (SUPPORTED if e.low > 0 else INCONCLUSIVE)
+    gold4, weak4, strong4 = case(1200)
+    e4 = decide({"cola": {"static": [weak4] * 3, "contextual": [strong4] * 3}}, {"cola": [gold4] * 3})[1]["cola"]
+    assert e4.value == pytest.approx(e.value, abs=0.02)
+    assert (e4.high - e4.low) == pytest.approx((e.high - e.low) / 2, rel=0.25)  # about 1/sqrt(n)
+
+
+def _record(cola: dict[str, tuple[float, float] | None], sst2: dict[str, list[float]] | None = None) -> dict:
+    """A results record of the current design: CoLA's systems as (MCC, lower end) recorded intervals."""
+    rows = [{"task": "cola", "system": name, "metric": "mcc", "mcc": v[0], "per_seed": [v[0]] * 3}
+            for name, v in cola.items() if v is not None]
+    rows += [{"task": "sst2", "system": name, "metric": "accuracy", "accuracy": float(np.mean(ps)), "per_seed": ps}
+             for name, ps in (sst2 or {}).items()]
+    intervals = {"cola": {name: {"value": v[0], "low": v[1], "high": 2 * v[0] - v[1], "n": 1043,
+                                 "method": "bootstrap over 1043 examples"} for name, v in cola.items() if v}}
+    return {"tasks": ["cola"] + (["sst2"] if sst2 else []), "rows": rows, "mcc_intervals": intervals,
+            "run": {"command": "ptmlab study static-vs-contextual --budget full", "budget": "full",
+                    "seeds": [0, 1, 2]}}
+
+
+def test_validity_asks_the_fine_tuned_model_and_one_frozen_system_above_chance():
+    from ptmlab.studies.static_contextual import validity
+
+    def met(record):
+        return [c.met for c in validity(record)]
+
+    # static at chance beside contextual above it: the claim's own case, testable
+    assert met(_record({"static": (0.02, -0.04), "contextual": (0.10, 0.05), "finetuned": (0.3, 0.25)})) == \
+        [True, True]
+    # both frozen systems at chance: a tie of constant predictors
+    both = validity(_record({"static": (0.02, -0.04), "contextual": (0.03, -0.01), "finetuned": (0.3, 0.25)}))
+    assert [c.met for c in both] == [True, False] and both[1].value == pytest.approx(-0.01)
+    assert "static -0.0400, contextual -0.0100" in both[1].condition
+    # the fine-tuned model stuck at the majority class: the budget does not learn the task
+    stuck = validity(_record({"static": (0.02, -0.04), "contextual": (0.10, 0.05), "finetuned": (0.0, 0.0)}))
+    assert not stuck[0].met and "finetuned" in stuck[0].condition
+    # not fine-tuned at all: not established
+    none = validity(_record({"static": (0.02, -0.04), "contextual": (0.10, 0.05), "finetuned": None}))
+    assert none[0].value is None and not none[0].met
+
+
+def test_a_record_without_mcc_intervals_is_judged_from_its_seeds():
+    """The earlier design's record (no per-example intervals) keeps its t interval over seeds: identical seeds at
+    0.0194 pass, the fine-tuned model's MCC 0 does not."""
+    from ptmlab.studies.static_contextual import restate, validity
+
+    record = _record({"static": (0.0194, 0.0), "contextual": (0.0708, 0.0), "finetuned": (0.0, 0.0)})
+    del record["mcc_intervals"]
+    conds = validity(record)
+    assert [c.met for c in conds] == [False, True] and conds[1].value == pytest.approx(0.0708)
+    assert restate(record) is not None
+    assert restate({**record, "mcc_intervals": {}}) is None  # the current design's rule stands as recorded
 
 
 def test_pooled_features_match_hand_computation():

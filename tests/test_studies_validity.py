@@ -115,6 +115,31 @@ def test_underpowered_inconclusive_says_so_with_the_budget_that_would_decide():
     assert eq.outcome == INCONCLUSIVE and "can never fit inside it" in eq.reason
 
 
+def test_bootstrap_statistic_is_the_hierarchical_bootstrap_for_a_mean_and_collapses_identical_seeds():
+    """For a mean over examples it gives the hierarchical bootstrap's value and a t interval over seeds of about
+    its width; seeds that are one run repeated give the examples' interval (normal quantile), not a t over copies."""
+    import numpy as np
+
+    from ptmlab.studies.verdict import bootstrap_statistic
+
+    rng = np.random.default_rng(1)
+    runs = [(rng.random(400) < p).astype(float) for p in (0.70, 0.74, 0.78)]
+
+    def mean(run, idx):
+        return float(run[idx].mean())
+
+    est = bootstrap_statistic(mean, runs, 400, "acc")
+    ref = hierarchical_bootstrap(runs, None, "acc")
+    assert est.value == pytest.approx(ref.value) and est.df == 2 and est.n == 3
+    assert est.half_width() == pytest.approx(ref.half_width(), rel=0.2)
+    one = bootstrap_statistic(mean, [runs[0]] * 3, 400, "acc")
+    se = float(np.std(runs[0]) / np.sqrt(400))
+    assert one.df is None and one.n == 400 and "one run" in one.method
+    assert one.half_width() == pytest.approx(1.96 * se, rel=0.15)
+    with pytest.raises(ValueError):
+        bootstrap_statistic(mean, [], 400, "acc")
+
+
 def test_hierarchical_bootstrap_keeps_seed_noise_that_pooling_hides():
     """Three seeds that disagree (+10, 0 and -2 points) on 800 shared examples: pooling the seeds' copies of each
     example as 2,400 independent examples gives a narrow interval that excludes 0; resampling seeds, then

@@ -34,7 +34,15 @@ def macro_f1(preds, refs) -> float:
 
 @METRICS.register("mcc")
 def mcc(preds, refs) -> float:
-    """Matthews correlation coefficient (CoLA)."""
+    """Matthews correlation coefficient (CoLA). Binary 0/1 labels are counted directly (bootstraps call this
+    thousands of times); other labels go through scikit-learn. 0 when the confusion table has an empty row or
+    column (one class predicted or present), as scikit-learn returns."""
+    p, r = np.asarray(preds), np.asarray(refs)
+    if p.size and np.isin(p, (0, 1)).all() and np.isin(r, (0, 1)).all():
+        p, r = p.astype(bool), r.astype(bool)
+        tp, tn, fp, fn = (float(np.sum(x)) for x in (p & r, ~p & ~r, p & ~r, ~p & r))
+        den = (tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)
+        return float((tp * tn - fp * fn) / np.sqrt(den)) if den > 0 else 0.0
     from sklearn.metrics import matthews_corrcoef
 
     return float(matthews_corrcoef(refs, preds))

@@ -48,8 +48,9 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, CANNOT_TEST = "supported", "not supported", "inconclusive", "cannot test"
 OUTCOMES = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, CANNOT_TEST)
@@ -354,6 +355,43 @@ def hierarchical_bootstrap(a_runs: Sequence[Sequence[float]], b_runs: Sequence[S
     return Estimate(metric, mean, mean - half, mean + half, s,
                     f"hierarchical bootstrap: {s} seeds then {n} examples, t over seeds ({confidence:.0%})",
                     s - 1, confidence)
+
+
+def bootstrap_statistic(statistic: Callable[[Any, Any], float], runs: Sequence, n: int, metric: str,
+                        confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> Estimate:
+    """A statistic that is not a mean over examples (a Matthews correlation, a gain in one) with a seed-then-example
+    bootstrap: ``statistic(run, idx)`` is the value of one seed's ``run`` on the dev examples ``idx`` (the ``n``
+    examples every seed shares). The value is the mean over seeds of the statistic on every example. Each resample
+    draws seeds with replacement, then examples (one draw for all drawn seeds), and averages the statistic over the
+    drawn seeds; the interval is ``value ± t(S-1) × SE`` as in ``hierarchical_bootstrap``. Seeds whose runs are all
+    the same (a deterministic system trained on the same rows: one run repeated) are one run, and the interval is the
+    bootstrap over examples alone, ``value ± z × SE``: a t interval over such seeds would have no width."""
+    import numpy as np
+
+    if not runs or n < 1:
+        raise ValueError("no runs or no examples to bootstrap")
+    first = np.asarray(runs[0])
+    distinct = [r for i, r in enumerate(runs) if i == 0 or not np.array_equal(np.asarray(r), first)]
+    s = len(distinct) if len(distinct) > 1 else 1
+    use = runs if s > 1 else [runs[0]]
+    every = np.arange(n)
+    value = float(np.mean([statistic(r, every) for r in use]))
+    rng = np.random.default_rng(seed)
+    stats = np.empty(resamples)
+    for i in range(resamples):
+        drawn = rng.integers(0, len(use), size=len(use))
+        idx = rng.integers(0, n, size=n)
+        stats[i] = np.mean([statistic(use[k], idx) for k in drawn])
+    se = float(stats.std(ddof=1))
+    if s > 1:
+        half = _t_quantile(confidence, len(use) - 1) * se
+        return Estimate(metric, value, value - half, value + half, len(use),
+                        f"hierarchical bootstrap: {len(use)} seeds then {n} examples, t over seeds ({confidence:.0%})",
+                        len(use) - 1, confidence)
+    half = _quantile(0.5 + confidence / 2, None) * se
+    what = f"the {len(runs)} seeds' runs identical: one run, " if len(runs) > 1 else ""
+    return Estimate(metric, value, value - half, value + half, n,
+                    f"bootstrap over {n} examples ({what}{resamples:,} resamples, {confidence:.0%})", None, confidence)
 
 
 def same_within_seeds(scores: Mapping[str, Sequence[float]], tol: float = 1e-9) -> bool:
