@@ -136,6 +136,8 @@ def test_bootstrap_statistic_is_the_hierarchical_bootstrap_for_a_mean_and_collap
     se = float(np.std(runs[0]) / np.sqrt(400))
     assert one.df is None and one.n == 400 and "one run" in one.method
     assert one.half_width() == pytest.approx(1.96 * se, rel=0.15)
+    lone = bootstrap_statistic(mean, runs[:1], 400, "acc")  # one seed shows neither spread nor determinism
+    assert lone.value == pytest.approx(runs[0].mean()) and lone.low == -math.inf and lone.high == math.inf
     with pytest.raises(ValueError):
         bootstrap_statistic(mean, [], 400, "acc")
 

@@ -365,16 +365,18 @@ def bootstrap_statistic(statistic: Callable[[Any, Any], float], runs: Sequence, 
     draws seeds with replacement, then examples (one draw for all drawn seeds), and averages the statistic over the
     drawn seeds; the interval is ``value ± t(S-1) × SE`` as in ``hierarchical_bootstrap``. Seeds whose runs are all
     the same (a deterministic system trained on the same rows: one run repeated) are one run, and the interval is the
-    bootstrap over examples alone, ``value ± z × SE``: a t interval over such seeds would have no width."""
+    bootstrap over examples alone, ``value ± z × SE``: a t interval over such seeds would have no width. One seed
+    shows neither, and gets no interval (infinite), as in ``hierarchical_bootstrap``."""
     import numpy as np
 
     if not runs or n < 1:
         raise ValueError("no runs or no examples to bootstrap")
-    first = np.asarray(runs[0])
-    distinct = [r for i, r in enumerate(runs) if i == 0 or not np.array_equal(np.asarray(r), first)]
-    s = len(distinct) if len(distinct) > 1 else 1
-    use = runs if s > 1 else [runs[0]]
     every = np.arange(n)
+    if len(runs) == 1:
+        return Estimate(metric, float(statistic(runs[0], every)), -math.inf, math.inf, 1,
+                        "one seed: no seed-level interval", None, confidence)
+    identical = all(np.array_equal(np.asarray(r), np.asarray(runs[0])) for r in runs[1:])
+    use = [runs[0]] if identical else list(runs)
     value = float(np.mean([statistic(r, every) for r in use]))
     rng = np.random.default_rng(seed)
     stats = np.empty(resamples)
@@ -383,15 +385,15 @@ def bootstrap_statistic(statistic: Callable[[Any, Any], float], runs: Sequence, 
         idx = rng.integers(0, n, size=n)
         stats[i] = np.mean([statistic(use[k], idx) for k in drawn])
     se = float(stats.std(ddof=1))
-    if s > 1:
+    if not identical:
         half = _t_quantile(confidence, len(use) - 1) * se
         return Estimate(metric, value, value - half, value + half, len(use),
                         f"hierarchical bootstrap: {len(use)} seeds then {n} examples, t over seeds ({confidence:.0%})",
                         len(use) - 1, confidence)
     half = _quantile(0.5 + confidence / 2, None) * se
-    what = f"the {len(runs)} seeds' runs identical: one run, " if len(runs) > 1 else ""
     return Estimate(metric, value, value - half, value + half, n,
-                    f"bootstrap over {n} examples ({what}{resamples:,} resamples, {confidence:.0%})", None, confidence)
+                    f"bootstrap over {n} examples (the {len(runs)} seeds' runs identical: one run, {resamples:,} "
+                    f"resamples, {confidence:.0%})", None, confidence)
 
 
 def same_within_seeds(scores: Mapping[str, Sequence[float]], tol: float = 1e-9) -> bool:
