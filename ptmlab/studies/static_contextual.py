@@ -91,8 +91,14 @@ def score(correct: list[float], gold: list[int] | None, metric: str) -> float:
         raise PtmlabError(f"{metric} needs binary gold labels for every dev example")
     from ptmlab.data.metrics import mcc
 
-    pred = [g if c else 1 - g for c, g in zip(correct, gold, strict=True)]
-    return mcc(pred, gold)
+    return mcc(predictions(correct, gold), gold)
+
+
+def predictions(correct, gold) -> np.ndarray:
+    """Binary predictions from per-example correctness and the gold labels (right: the gold label; wrong: the
+    other one)."""
+    g = np.asarray(gold)
+    return np.where(np.asarray(correct) > 0, g, 1 - g)
 
 
 @dataclass(frozen=True)
@@ -260,21 +266,16 @@ def _gain(a_runs: list[list[float]], b_runs: list[list[float]] | None, gold: lis
     from ptmlab.studies.verdict import bootstrap_statistic, hierarchical_bootstrap
 
     metric = metric_of(task)
-    name = f"{task}: {metric} gain of {what} over static features" if b_runs is not None else f"{task}: {metric} " \
-                                                                                             f"of {what}"
+    name = f"{task}: {metric} " + (f"gain of {what} over static features" if b_runs is not None else f"of {what}")
     if metric == "accuracy":
         return hierarchical_bootstrap(a_runs, b_runs, name)
     if not gold or len(gold) != len(a_runs):
         raise PtmlabError(f"{task}: {metric} needs the gold dev labels of every seed")
 
-    def preds(correct: list[float], g: np.ndarray) -> np.ndarray:
-        return np.where(np.asarray(correct) > 0, g, 1 - g)
-
     runs = []
     for k, g in enumerate(gold):
-        g = np.asarray(g)
-        rows = [preds(a_runs[k], g), g] + ([preds(b_runs[k], g)] if b_runs is not None else [])
-        runs.append(np.stack(rows))
+        rows = [predictions(a_runs[k], g), np.asarray(g)]
+        runs.append(np.stack(rows + ([predictions(b_runs[k], g)] if b_runs is not None else [])))
 
     def statistic(run: np.ndarray, idx: np.ndarray) -> float:
         gain = mcc(run[0, idx], run[1, idx])
