@@ -171,6 +171,65 @@ def test_probe_learns_a_separable_problem():
         probe(x[:10], np.zeros(10), x[60:], y[60:])
 
 
+def test_cross_fit_never_scores_a_sentence_with_a_probe_that_trained_on_it():
+    """One-hot features let a probe memorise its training rows: scored on them it is right nearly everywhere, scored
+    cross-fitted it is at chance. A learnable signal survives cross-fitting; the folds do not depend on anything
+    but the data."""
+    from ptmlab.studies.static_contextual import cross_fit
+
+    rng = np.random.default_rng(0)
+    n = 120
+    memorise, y = np.eye(n), rng.integers(0, 2, size=n)
+    assert np.mean(probe(memorise, y, memorise, y, c=10.0)) > 0.95  # in-sample: memorised
+    held_out = cross_fit(memorise, y, 5, c=10.0)
+    assert len(held_out) == n and 0.3 < np.mean(held_out) < 0.7
+    x = rng.normal(size=(n, 4))
+    signal = (x[:, 0] > 0).astype(int)
+    first = cross_fit(x, signal, 5)
+    assert np.mean(first) > 0.9 and first == cross_fit(x, signal, 5)
+    with pytest.raises(PtmlabError, match="--probe-folds 5"):
+        cross_fit(x[:12], np.r_[np.zeros(9), np.ones(3)].astype(int), 5)  # the rarer label has 3 examples
+    with pytest.raises(PtmlabError, match="at least 2 folds"):
+        cross_fit(x, signal, 1)
+
+
+def test_cross_fitted_probes_are_one_run_with_the_examples_noise():
+    """Probes that do not depend on the seed are one run: the accuracy gain's interval is a bootstrap over the
+    pooled sentences (normal quantile), even for one seed, and it shrinks about as 1/sqrt(n)."""
+    def case(n: int, seeds: int):
+        return decide({"sst2": {"static": runs(0.70, n, seeds=1) * seeds,
+                                "contextual": runs(0.75, n, seeds=1, offset=7) * seeds}}, one_run=True)[1]["sst2"]
+
+    one, three, big = case(400, 1), case(400, 3), case(1600, 3)
+    assert one.value == pytest.approx(0.05) and np.isfinite(one.low) and one.df is None and "one run" in one.method
+    assert (three.low, three.high) == pytest.approx((one.low, one.high))  # copies of one run add nothing
+    assert (big.high - big.low) == pytest.approx((three.high - three.low) / 2, rel=0.25)
+    # without one_run a single seed shows nothing about the seeds: no interval
+    assert not np.isfinite(decide({"sst2": {"static": runs(0.70, 400, seeds=1),
+                                            "contextual": runs(0.75, 400, seeds=1)}})[1]["sst2"].low)
+
+
+def test_cross_fitted_validity_uses_the_majority_share_of_the_sentences_scored():
+    from ptmlab.studies.static_contextual import validity
+
+    def record(static_low: float, ctx_low: float, tuned_low: float) -> dict:
+        iv = {"static": {"low": static_low, "trivial": 0.70, "method": "bootstrap over 9594 examples"},
+              "contextual": {"low": ctx_low, "trivial": 0.70, "method": "bootstrap over 9594 examples"},
+              "finetuned": {"low": tuned_low, "trivial": 0.69, "method": "hierarchical bootstrap"}}
+        rows = [{"task": "sst2", "system": k, "metric": "accuracy", "accuracy": 0.8, "per_seed": [0.8] * 3}
+                for k in iv]
+        return {"tasks": ["sst2"], "rows": rows, "intervals": {"sst2": iv},
+                "run": {"command": "ptmlab study static-vs-contextual --budget full --probe-folds 5",
+                        "budget": "full", "seeds": [0, 1, 2]}}
+
+    ok = validity(record(0.69, 0.75, 0.80))
+    assert [c.met for c in ok] == [True, True] and ok[0].value == pytest.approx(0.11)
+    assert "minus the trivial predictor 0.6900" in ok[0].condition
+    tie = validity(record(0.65, 0.699, 0.80))  # both frozen systems under the pool's majority share
+    assert [c.met for c in tie] == [True, False] and tie[1].value == pytest.approx(-0.001)
+    assert [c.met for c in validity(record(0.69, 0.75, 0.689))] == [False, True]
+
+
 def test_tasks_without_glue_are_skipped_with_a_reason(tmp_path, monkeypatch):
     from ptmlab.studies.static_contextual import StaticContextualArgs
 
@@ -204,3 +263,27 @@ def test_study_small_budget(tmp_path):
     gain = systems["contextual - static (hierarchical bootstrap)"]["accuracy"]
     assert gain == pytest.approx(systems["contextual"]["accuracy"] - systems["static"]["accuracy"], abs=1e-9)
     assert r["run"]["budget"] == "small" and r["run"]["seeds"] == [0]
+
+
+def test_study_cross_fitted_small_budget(tmp_path):
+    from ptmlab.studies.static_contextual import run
+
+    out = tmp_path / "x"
+    with pytest.raises(PtmlabError, match="--max-eval 0"):
+        run(["--budget", "small", "--probe-folds", "3", "--output", str(out)])
+    assert not out.exists()  # refused before anything is written
+    assert run(["--budget", "small", "--probe-folds", "3", "--max-eval", "0", "--output", str(out)]) == 0
+    r = json.loads((out / "results.json").read_text())
+    pool = r["probe_pool"]["tweets"]
+    systems = {row["system"]: row for row in r["rows"]}
+    assert pool["folds"] == 3 and pool["examples"] == pool["dev_from"] + systems["finetuned"]["dev_examples"]
+    assert pool["dev_from"] == 64 and systems["static"]["examples"] == pool["examples"]
+    assert systems["static"]["scored_on"].startswith("cross-fitted") and systems["finetuned"]["scored_on"] == "dev"
+    iv = r["intervals"]["tweets"]
+    assert np.isfinite(iv["static"]["low"]) and "one run" in iv["static"]["method"]  # one seed, yet an interval
+    assert iv["finetuned"]["low"] is None  # the fine-tuned encoder does depend on the seed: one seed, no interval
+    assert 0.3 < iv["static"]["trivial"] < 0.7  # the pool's majority share
+    assert r["outcome"] == "cannot test"  # the one-seed fine-tuning is not shown above chance
+    gain = next(v for k, v in systems.items() if k.startswith("contextual - static (cross-fitted"))
+    assert gain["accuracy"] == pytest.approx(systems["contextual"]["accuracy"] - systems["static"]["accuracy"])
+    assert r["finetuned_minus_static"]["tweets"]["n"] == 1

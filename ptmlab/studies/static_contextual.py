@@ -9,15 +9,17 @@ Validity conditions (checked on the run's numbers before the rule; any unmet: ca
 encoder is above the task's trivial predictor (majority-class accuracy; for CoLA, scored by MCC, a constant
 predictor's 0), so the model at this budget learns the task at all; and at least one of the static and the contextual
 system is above it, so the comparison is not a tie of two constant predictors (a static system at chance beside a
-contextual one above it is the claim's own case). "Above" is the lower end of the system's interval: a t interval
-over seeds for accuracy, the bootstrap interval of its MCC (as in the rule) for MCC.
+contextual one above it is the claim's own case). "Above" is the lower end of the system's interval (the rule's
+bootstrap, over seeds then examples) above the trivial score of the sentences it was scored on: the dev sentences,
+or for cross-fitted probes the pool's majority share.
 
 Rule: per task, in the task's own metric (accuracy; CoLA: Matthews correlation, as GLUE scores it, since a majority
 predictor already has 69% accuracy there), the gain of frozen contextual features over static embeddings, same
-logistic-regression head, with a 95% interval: for accuracy a hierarchical bootstrap (seeds, then dev examples), for
-MCC a bootstrap of the MCC gain over dev examples (seeds, then examples; seeds whose runs are identical, as when
-every seed trains on the whole training set, count as one run); supported when above 0 on every task, not supported
-when below 0 on any task, inconclusive otherwise.
+logistic-regression head, with a 95% interval from a bootstrap over seeds, then examples (accuracy: the mean gain;
+MCC: the gain in MCC); seeds whose runs are identical, as when every seed trains on the whole training set, count as
+one run, and so do cross-fitted probes (--probe-folds K: every training and dev sentence scored by probes trained on
+the other folds, which do not depend on the seed); supported when above 0 on every task, not supported when below 0
+on any task, inconclusive otherwise.
 
 The three systems, per task and seed, on the same training subset and the same dev examples:
 
@@ -25,6 +27,15 @@ The three systems, per task and seed, on the same training subset and the same d
   (no contextualisation at all), then a standardised logistic regression trained on the training subset;
 - contextual (frozen): the same model's last hidden state, mean-pooled over the same tokens, the same head;
 - fine-tuned: the whole encoder fine-tuned on the task (``finetune_variant``), reported beside the rule.
+
+Cross-fitted probes (``--probe-folds K``, with ``--max-eval 0``): the training subset seed 0 draws and every dev
+sentence form one pool, split into K stratified folds with a fixed shuffle; each sentence is scored by the static and
+the contextual probe trained on the other K-1 folds, so every labelled sentence counts in the rule, not only the dev
+ones, and no probe scores a sentence it trained on. The probes then do not depend on the seed (one run); the seeds
+still fine-tune the encoder, scored on the dev sentences, and its gain over static features is taken on the pool's
+dev part. The interval treats the K fitted probes as fixed: it leaves out how much the probes would change with other
+folds, for which K-fold cross-validation has no unbiased variance estimate (Bengio and Grandvalet 2004); with 80% of
+the pool behind each probe that part is small next to the sentences' own noise.
 
 Using the same model's input embeddings keeps vocabulary and width equal, so only contextualisation differs (no
 word-vector library is installed, so no word2vec baseline is trained). Tasks: sst2 and cola (single sentences); without
@@ -40,6 +51,13 @@ asking every system to clear the trivial predictor would make CoLA untestable wh
 confirmatory design, fixed before its run, is ``--budget full``: CoLA's whole training set (8,551 rows; SST-2 draws as
 many of its rows per seed), 3 epochs of fine-tuning, seeds 0-2, every dev sentence, the MCC bootstrap and conditions
 above: ``ptmlab study static-vs-contextual --budget full --output D``.
+
+That run met every condition and was inconclusive, underpowered (SST-2 +0.0268 [-0.0324, +0.0859], the seeds'
+training subsets differing; CoLA MCC +0.0514 [-0.0287, +0.1314] over 1,043 dev sentences; could detect ±0.114
+against the papers' 0.02): the noise was the dev sentences'. The design fixed after it, before its run, scores the
+probes cross-fitted over every labelled sentence at hand, the rest unchanged: ``ptmlab study static-vs-contextual
+--budget full --probe-folds 5 --output D`` (CoLA 9,594 sentences, SST-2 9,423; about ±0.03 on CoLA's MCC gain and
+±0.01 on SST-2's accuracy gain expected, from the run above's spread scaled by the number of sentences).
 """
 
 from __future__ import annotations
@@ -63,14 +81,16 @@ CLAIM = Claim(
           "static-embedding models",
     rule="per task, in the task's own metric (accuracy; CoLA: Matthews correlation, as GLUE scores it, since a "
          "majority predictor already has 69% accuracy there), the gain of frozen contextual features over static "
-         "embeddings, same logistic-regression head, with a 95% interval: for accuracy a hierarchical bootstrap "
-         "(seeds, then dev examples), for MCC a bootstrap of the MCC gain over dev examples (seeds, then examples; "
-         "seeds whose runs are identical, as when every seed trains on the whole training set, count as one run); "
+         "embeddings, same logistic-regression head, with a 95% interval from a bootstrap over seeds, then examples "
+         "(accuracy: the mean gain; MCC: the gain in MCC); seeds whose runs are identical, as when every seed trains "
+         "on the whole training set, count as one run, and so do cross-fitted probes (--probe-folds K: every "
+         "training and dev sentence scored by probes trained on the other folds, which do not depend on the seed); "
          "supported when above 0 on every task, not supported when below 0 on any task, inconclusive otherwise",
     conditions=(
         "per task, the fine-tuned encoder above the task's trivial predictor (majority-class accuracy; for CoLA, "
-        "scored by MCC, 0): the lower end of its interval (t over seeds; for MCC, the rule's bootstrap)",
-        "per task, at least one of the static and the contextual system above that trivial predictor, the same way",
+        "scored by MCC, 0): the lower end of its interval (the rule's bootstrap, over seeds then examples)",
+        "per task, at least one of the static and the contextual system above the trivial predictor of the "
+        "sentences it was scored on (cross-fitted probes: the pool's majority share), the same way",
     ),
     paper_effect=0.02,
 )
@@ -112,6 +132,10 @@ class StaticContextualArgs(StudyArgs):
     max_length: int = opt(64, "max tokens")
     seeds: list[str] = opt(["0", "1", "2"], "seeds (each one draws its own training subset and fine-tuning run)")
     finetune: bool = opt(True, "also fine-tune the encoder (reported beside the rule)")
+    probe_folds: int = opt(0, "cross-fit the probes: pool the training subset with every dev sentence, split the "
+                                 "pool into K stratified folds (the same for every seed) and score each sentence with "
+                                 "probes trained on the other K-1 folds (0: train on the training subset, score the "
+                                 "dev sentences); needs --max-eval 0")
     probe_c: float = opt(0.0, "inverse L2 strength of the logistic-regression head (0: chosen by 3-fold "
                               "cross-validation on the training subset, separately for each system)")
     output: str = opt("runs/study-static-contextual", "output directory")
@@ -170,6 +194,23 @@ def probe(train_x: np.ndarray, train_y, dev_x: np.ndarray, dev_y, c: float = 0.0
     return (head.predict(dev_x) == np.asarray(dev_y)).astype(float).tolist()
 
 
+def cross_fit(x: np.ndarray, y, folds: int, c: float = 0.0) -> list[float]:
+    """Per example of ``x`` 1.0 / 0.0 correctness of a probe (``probe``) that did not train on it: the examples are
+    split into ``folds`` stratified folds (shuffled with a fixed seed, so the folds do not depend on the run's seed)
+    and each fold is scored by the probe trained on the others."""
+    from sklearn.model_selection import StratifiedKFold
+
+    y = np.asarray(y)
+    smallest = int(np.unique(y, return_counts=True)[1].min()) if len(y) else 0
+    if folds < 2 or smallest < folds:
+        raise PtmlabError(f"--probe-folds {folds}: needs at least 2 folds and at least as many examples of every "
+                          f"label (the rarest has {smallest}): lower --probe-folds or raise --max-train")
+    out = np.zeros(len(y))
+    for train, test in StratifiedKFold(n_splits=folds, shuffle=True, random_state=0).split(x, y):
+        out[test] = probe(x[train], y[train], x[test], y[test], c)
+    return out.tolist()
+
+
 def resolve_tasks(a: StaticContextualArgs) -> tuple[list[str], list[str]]:
     """(tasks to run, reasons for the skipped ones): GLUE tasks need the GLUE data; with none left, tweets."""
     from ptmlab.data.loaders import default_glue_dir
@@ -193,26 +234,51 @@ def resolve_tasks(a: StaticContextualArgs) -> tuple[list[str], list[str]]:
     return run or ["tweets"], skipped
 
 
-def _task_seed(a: StaticContextualArgs, task: str, seed: int, out: Path, model, tokenizer) -> dict:
+def _encoded(a: StaticContextualArgs, task: str, seed: int, out: Path, tokenizer):
+    """(the fine-tuning config, the encoded training subset and dev examples) of ``task`` for ``seed``."""
     from ptmlab.data.encode import encode_split
     from ptmlab.data.taskdata import load_task_data
-    from ptmlab.studies.common import command_config, dev_correct, finetune_variant
+    from ptmlab.studies.common import command_config
     from ptmlab.train.args import FinetuneConfig
 
     cfg = command_config(a, FinetuneConfig, task=task, seed=seed, output=str(out / "finetuned"), tasks=[])
     data = load_task_data(cfg)
-    enc = {k: encode_split(tokenizer, data.splits[k], a.max_length) for k in ("train", "dev")}
+    return cfg, {k: encode_split(tokenizer, data.splits[k], a.max_length) for k in ("train", "dev")}
+
+
+def _cross_fitted(a: StaticContextualArgs, task: str, out: Path, model, tokenizer) -> dict:
+    """The probes of the cross-fitted design: the training subset (the one seed 0 draws) and every dev sentence
+    pooled, each sentence scored by static and contextual probes trained on the other folds (``cross_fit``).
+    ``dev_from``: where the dev sentences start in the pool."""
+    _, enc = _encoded(a, task, 0, out, tokenizer)
     pad, special = tokenizer.pad_token_id or 0, set(tokenizer.all_special_ids)
-    feats = {k: pooled_features(model, e, pad, special) for k, e in enc.items()}
+    feats = [pooled_features(model, enc[k], pad, special) for k in ("train", "dev")]
+    gold = [int(x) for k in ("train", "dev") for x in enc[k].labels]
+    res = {"gold": gold, "dev_from": len(enc["train"]), "pool_examples": len(gold)}
+    for i, name in enumerate(("static", "contextual")):
+        res[name] = cross_fit(np.concatenate([f[i] for f in feats]), gold, a.probe_folds, a.probe_c)
+    return res
+
+
+def _task_seed(a: StaticContextualArgs, task: str, seed: int, out: Path, model, tokenizer,
+               probes: bool = True) -> dict:
+    """One seed of ``task``: the probes trained on its training subset and scored on the dev examples (unless
+    ``probes`` is False: the cross-fitted design scores them once, ``_cross_fitted``), and the fine-tuned encoder."""
+    from ptmlab.studies.common import dev_correct, finetune_variant
+
+    _, enc = _encoded(a, task, seed, out, tokenizer)
     res = {"dev_examples": len(enc["dev"]), "train_examples": len(enc["train"]),
            "gold": [int(x) for x in enc["dev"].labels]}
-    for i, name in enumerate(("static", "contextual")):
-        res[name] = probe(feats["train"][i], enc["train"].labels, feats["dev"][i], enc["dev"].labels, a.probe_c,
-                          seed)
+    if probes:
+        pad, special = tokenizer.pad_token_id or 0, set(tokenizer.all_special_ids)
+        feats = {k: pooled_features(model, e, pad, special) for k, e in enc.items()}
+        for i, name in enumerate(("static", "contextual")):
+            res[name] = probe(feats["train"][i], enc["train"].labels, feats["dev"][i], enc["dev"].labels,
+                              a.probe_c, seed)
     if a.finetune:
         finetune_variant(a, out / "finetuned", task=task, seed=seed, test=False)
         tuned = dev_correct(out / "finetuned")
-        res["finetuned"] = tuned if tuned is not None and len(tuned) == len(res["static"]) else None
+        res["finetuned"] = tuned if tuned is not None and len(tuned) == len(res["gold"]) else None
     return res
 
 
@@ -220,57 +286,93 @@ def _task_seed(a: StaticContextualArgs, task: str, seed: int, out: Path, model, 
                                                "fine-tuning, same linear head")
 def run(argv: list[str]) -> int:
     from ptmlab.models.zoo import load_model, load_tokenizer
-    from ptmlab.studies.common import seed_dir, seed_list
+    from ptmlab.studies.common import majority_share, seed_dir, seed_list
 
     a = parse_study_args("static-vs-contextual", StaticContextualArgs, argv, __doc__, small=SMALL, full=FULL)
+    if a.probe_folds and a.max_eval:
+        raise PtmlabError(f"--probe-folds scores every dev sentence: pass --max-eval 0 (got --max-eval {a.max_eval})")
     tasks, skipped = resolve_tasks(a)
     seeds = seed_list(a)
     out = Path(a.output)
     model, tokenizer = load_model(a.model, task_head=False), load_tokenizer(a.model)
-    rows, correct, gold = [], {}, {}
+    rows, correct, gold, tuned_gold, intervals, pools = [], {}, {}, {}, {}, {}
+    cross = bool(a.probe_folds)
     for task in tasks:
-        per_seed = [_task_seed(a, task, s, seed_dir(out / task, "runs", s, seeds), model, tokenizer) for s in seeds]
-        correct[task] = {k: [r[k] for r in per_seed] for k in ("static", "contextual", "finetuned")
-                         if all(r.get(k) is not None for r in per_seed)}
-        gold[task] = [r["gold"] for r in per_seed]
-        metric = metric_of(task)
+        per_seed = [_task_seed(a, task, s, seed_dir(out / task, "runs", s, seeds), model, tokenizer, probes=not cross)
+                    for s in seeds]
+        tuned_gold[task] = [r["gold"] for r in per_seed]
+        if cross:
+            pool = _cross_fitted(a, task, out / task, model, tokenizer)
+            if any(pool["gold"][pool["dev_from"]:] != g for g in tuned_gold[task]):
+                raise PtmlabError(f"{task}: the pooled dev sentences are not the ones the fine-tuned runs scored")
+            correct[task] = {k: [pool[k]] * len(seeds) for k in ("static", "contextual")}
+            gold[task] = [pool["gold"]] * len(seeds)
+            pools[task] = {"examples": pool["pool_examples"], "dev_from": pool["dev_from"], "folds": a.probe_folds}
+        else:
+            correct[task] = {k: [r[k] for r in per_seed] for k in ("static", "contextual")}
+            gold[task] = tuned_gold[task]
+        if all(r.get("finetuned") is not None for r in per_seed):
+            correct[task]["finetuned"] = [r["finetuned"] for r in per_seed]
+        metric, intervals[task] = metric_of(task), {}
         for system, runs in correct[task].items():
-            scores = [score(r, g, metric) for r, g in zip(runs, gold[task], strict=True)]
+            g = tuned_gold[task] if system == "finetuned" else gold[task]
+            scores = [score(r, x, metric) for r, x in zip(runs, g, strict=True)]
+            est = _gain(runs, None, g, task, system, one_run=cross and system != "finetuned")
+            trivial = 0.0 if metric == "mcc" else float(np.mean([majority_share(x) for x in g]))
+            intervals[task][system] = {**est.to_dict(), "trivial": trivial}
+            scored = "dev" if system == "finetuned" or not cross else \
+                f"cross-fitted: {len(g[0])} training and dev sentences, {a.probe_folds} folds"
             rows.append({"task": task, "system": system, "metric": metric, metric: float(np.mean(scores)),
-                         "per_seed": [round(x, 4) for x in scores], "ci_95": None,
+                         "per_seed": [round(x, 4) for x in scores], "ci_95": [_r(est.low), _r(est.high)],
+                         "scored_on": scored, "examples": len(g[0]),
                          "dev_examples": per_seed[0]["dev_examples"], "train_examples": per_seed[0]["train_examples"]})
-    v, estimates = decide(correct, gold)
-    mcc_intervals = {t: {system: _gain(runs, None, gold[t], t, system).to_dict() for system, runs in c.items()}
-                     for t, c in correct.items() if metric_of(t) == "mcc"}
+    v, estimates = decide(correct, gold, one_run=cross)
     for task, est in estimates.items():
-        how = "hierarchical bootstrap" if metric_of(task) == "accuracy" else "bootstrap over seeds and examples"
+        how = ("cross-fitted, bootstrap over examples" if cross else
+               "hierarchical bootstrap" if metric_of(task) == "accuracy" else "bootstrap over seeds and examples")
         rows.append({"task": task, "system": f"contextual - static ({how})",
                      "metric": metric_of(task), metric_of(task): est.value,
                      "ci_95": [round(est.low, 4), round(est.high, 4)]})
+
+    def static_on_dev(task: str) -> list[list[float]]:
+        runs = correct[task]["static"]
+        return [r[pools[task]["dev_from"]:] for r in runs] if cross else runs
+
     write_study(out, f"Study: static vs contextual embeddings ({a.model})", rows, v,
-                extra={"skipped": skipped, "tasks": tasks, "mcc_intervals": mcc_intervals,
-                       "finetuned_minus_static": {t: _gain(c["finetuned"], c["static"], gold[t], t, "fine-tuning")
-                                                  .to_dict() for t, c in correct.items() if "finetuned" in c}},
+                extra={"skipped": skipped, "tasks": tasks, "intervals": intervals, "probe_pool": pools or None,
+                       "finetuned_minus_static": {t: _gain(c["finetuned"], static_on_dev(t), tuned_gold[t], t,
+                                                           "fine-tuning").to_dict()
+                                                  for t, c in correct.items() if "finetuned" in c}},
                 claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     for reason in skipped:
         print(reason)
     return 0
 
 
+def _r(x: float) -> float | None:
+    return round(x, 4) if np.isfinite(x) else None
+
+
 def _gain(a_runs: list[list[float]], b_runs: list[list[float]] | None, gold: list[list[int]] | None, task: str,
-          what: str) -> Estimate:
-    """The gain of ``a`` over ``b`` in the task's metric (``b_runs`` None: ``a``'s own score): accuracy by a
-    hierarchical bootstrap, MCC by ``bootstrap_statistic`` over seeds then dev examples (``gold``: per-seed dev
-    labels)."""
+          what: str, one_run: bool = False) -> Estimate:
+    """The gain of ``a`` over ``b`` in the task's metric (``b_runs`` None: ``a``'s own score), over seeds then the
+    examples (``gold``: per-seed labels of the examples scored). Seeds whose runs are identical, or systems that are
+    one run by construction (``one_run``: cross-fitted probes), are one run bootstrapped over examples
+    (``bootstrap_statistic``, for accuracy too); otherwise accuracy by a hierarchical bootstrap and MCC by
+    ``bootstrap_statistic``."""
     from ptmlab.data.metrics import mcc
     from ptmlab.studies.verdict import bootstrap_statistic, hierarchical_bootstrap
 
     metric = metric_of(task)
     name = f"{task}: {metric} " + (f"gain of {what} over static features" if b_runs is not None else f"of {what}")
+    n = len(a_runs[0])
     if metric == "accuracy":
+        d = np.asarray(a_runs, dtype=float) - (np.asarray(b_runs, dtype=float) if b_runs is not None else 0.0)
+        if one_run or (len(d) > 1 and all(np.array_equal(r, d[0]) for r in d[1:])):
+            return bootstrap_statistic(lambda run, idx: float(run[idx].mean()), list(d), n, name, one_run=True)
         return hierarchical_bootstrap(a_runs, b_runs, name)
     if not gold or len(gold) != len(a_runs):
-        raise PtmlabError(f"{task}: {metric} needs the gold dev labels of every seed")
+        raise PtmlabError(f"{task}: {metric} needs the gold labels of every seed")
 
     runs = []
     for k, g in enumerate(gold):
@@ -281,14 +383,15 @@ def _gain(a_runs: list[list[float]], b_runs: list[list[float]] | None, gold: lis
         gain = mcc(run[0, idx], run[1, idx])
         return gain - mcc(run[2, idx], run[1, idx]) if len(run) > 2 else gain
 
-    return bootstrap_statistic(statistic, runs, len(gold[0]), name)
+    return bootstrap_statistic(statistic, runs, n, name, one_run=one_run)
 
 
-def decide(correct: dict[str, dict[str, list[list[float]]]],
-           gold: dict[str, list[list[int]]] | None = None) -> tuple[Verdict, dict[str, Estimate]]:
-    """The rule of ``CLAIM``: ``correct[task]["static" | "contextual"]`` are per-seed, per-dev-example 1/0
-    correctness in the same example order; ``gold[task]`` the per-seed dev labels (needed where the task's metric
-    is MCC). Returns the verdict and each task's estimate."""
+def decide(correct: dict[str, dict[str, list[list[float]]]], gold: dict[str, list[list[int]]] | None = None,
+           one_run: bool = False) -> tuple[Verdict, dict[str, Estimate]]:
+    """The rule of ``CLAIM``: ``correct[task]["static" | "contextual"]`` are per-seed, per-example 1/0 correctness
+    in the same example order; ``gold[task]`` the per-seed labels of those examples (needed where the task's metric
+    is MCC); ``one_run``: the probes are one run whatever the seed (cross-fitted). Returns the verdict and each
+    task's estimate."""
     if not correct:
         return Verdict(INCONCLUSIVE, "no task ran"), {}
     parts, estimates = [], {}
@@ -299,18 +402,26 @@ def decide(correct: dict[str, dict[str, list[list[float]]]],
         if metric_of(task) != "accuracy" and not (gold or {}).get(task):
             parts.append(Verdict(INCONCLUSIVE, f"{task}: gold labels missing: its {metric_of(task)} is unmeasured"))
             continue
-        est = _gain(c["contextual"], c["static"], (gold or {}).get(task), task, "contextual")
+        est = _gain(c["contextual"], c["static"], (gold or {}).get(task), task, "contextual", one_run)
         estimates[task] = est
         parts.append(decide_above(est, 0.0))
     return combine(parts), estimates
 
 
 def _above(record: dict, task: str, metric: str, system: str, scores: list) -> Condition:
-    """``system`` above ``task``'s trivial predictor: from the recorded bootstrap interval of its MCC where the run
-    recorded one (``mcc_intervals``), else from its per-seed scores (a t interval over seeds)."""
+    """``system`` above ``task``'s trivial predictor: from the recorded interval of its score and the trivial score
+    of the examples it was scored on (``intervals``), else from the recorded bootstrap interval of its MCC (an
+    earlier record's ``mcc_intervals``), else from its per-seed scores (a t interval over seeds)."""
     from ptmlab.studies.common import above_trivial, eval_size
     from ptmlab.studies.verdict import ROUNDING
 
+    iv = ((record.get("intervals") or {}).get(task) or {}).get(system)
+    if isinstance(iv, dict):
+        low, trivial = iv.get("low"), iv.get("trivial")
+        margin = low - trivial if isinstance(low, int | float) and isinstance(trivial, int | float) else None
+        return Condition.check(f"{task} {metric} of {system} minus the trivial predictor "
+                               f"{float(trivial or 0):.4f} (lower end of its interval: {iv.get('method')})",
+                               margin, ">", ROUNDING, missing="one seed gives no interval: not established")
     est = ((record.get("mcc_intervals") or {}).get(task) or {}).get(system) if metric == "mcc" else None
     if isinstance(est, dict):
         return Condition.check(f"{task} mcc of {system} minus the trivial predictor 0 (lower end of its interval: "
@@ -348,7 +459,7 @@ def restate(record: dict, name: str = "static-vs-contextual") -> Verdict | None:
     for a record of the current design (``mcc_intervals``: its rule's intervals came from per-example numbers)."""
     from ptmlab.studies.verdict import paired_seeds
 
-    if "mcc_intervals" in record:
+    if "mcc_intervals" in record or "intervals" in record:
         return None
     parts = []
     for task in record.get("tasks") or []:

@@ -358,7 +358,8 @@ def hierarchical_bootstrap(a_runs: Sequence[Sequence[float]], b_runs: Sequence[S
 
 
 def bootstrap_statistic(statistic: Callable[[Any, Any], float], runs: Sequence, n: int, metric: str,
-                        confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> Estimate:
+                        confidence: float = 0.95, resamples: int = 2000, seed: int = 0,
+                        one_run: bool = False) -> Estimate:
     """A statistic that is not a mean over examples (a Matthews correlation, a gain in one) with a seed-then-example
     bootstrap: ``statistic(run, idx)`` is the value of one seed's ``run`` on the dev examples ``idx`` (the ``n``
     examples every seed shares). The value is the mean over seeds of the statistic on every example. Each resample
@@ -366,12 +367,16 @@ def bootstrap_statistic(statistic: Callable[[Any, Any], float], runs: Sequence, 
     drawn seeds; the interval is ``value ± t(S-1) × SE`` as in ``hierarchical_bootstrap``. Seeds whose runs are all
     the same (a deterministic system trained on the same rows: one run repeated) are one run, and the interval is the
     bootstrap over examples alone, ``value ± z × SE``: a t interval over such seeds would have no width. One seed
-    shows neither, and gets no interval (infinite), as in ``hierarchical_bootstrap``."""
+    shows neither, and gets no interval (infinite), as in ``hierarchical_bootstrap``, unless ``one_run`` says the
+    system is one run by construction (it does not depend on the seed: cross-fitted probes on fixed folds); then its
+    first run is bootstrapped over examples, however many seeds there are."""
     import numpy as np
 
     if not runs or n < 1:
         raise ValueError("no runs or no examples to bootstrap")
     every = np.arange(n)
+    if one_run:
+        runs = [runs[0], runs[0]]
     if len(runs) == 1:
         return Estimate(metric, float(statistic(runs[0], every)), -math.inf, math.inf, 1,
                         "one seed: no seed-level interval", None, confidence)
