@@ -354,7 +354,9 @@ def test_committed_results_named_by_the_issue():
     svc = result("static-vs-contextual")
     tuned = [c for c in svc["validity"] if c["condition"].startswith("cola mcc of finetuned")]
     assert tuned and tuned[0]["met"] and "bootstrap" in tuned[0]["condition"]
-    assert all(e["high"] > e["low"] for e in svc["mcc_intervals"]["cola"].values())
+    assert all(e["high"] > e["low"] for e in svc["intervals"]["cola"].values())
+    # every labelled sentence scored by probes that did not train on it: more sentences than the dev set
+    assert svc["probe_pool"]["cola"]["examples"] > svc["probe_pool"]["cola"]["dev_from"] > 0
 
 
 def test_long_attention_is_restated_by_its_current_rule():

@@ -157,10 +157,12 @@ def pooled_features(model, enc, pad_id: int, special_ids: set[int], batch_size: 
     s = structure_of(model)
     encoder = s.encoder(model)
     words = encoder.get_submodule(s.word_embeddings)
+    from ptmlab.core.progress import progress
+
     model.eval()
     static, contextual = [], []
     with torch.no_grad():
-        for start in range(0, len(enc), batch_size):
+        for start in progress(range(0, len(enc), batch_size), desc="features"):
             batch = collate(enc, list(range(start, min(start + batch_size, len(enc)))), pad_id)
             ids, real = batch["input_ids"], batch["attention_mask"].bool()
             keep = real & ~torch.isin(ids, torch.tensor(sorted(special_ids), dtype=ids.dtype))
@@ -205,8 +207,11 @@ def cross_fit(x: np.ndarray, y, folds: int, c: float = 0.0) -> list[float]:
     if folds < 2 or smallest < folds:
         raise PtmlabError(f"--probe-folds {folds}: needs at least 2 folds and at least as many examples of every "
                           f"label (the rarest has {smallest}): lower --probe-folds or raise --max-train")
+    from ptmlab.core.progress import progress
+
     out = np.zeros(len(y))
-    for train, test in StratifiedKFold(n_splits=folds, shuffle=True, random_state=0).split(x, y):
+    splits = StratifiedKFold(n_splits=folds, shuffle=True, random_state=0).split(x, y)
+    for train, test in progress(splits, total=folds, desc="cross-fitted probes"):
         out[test] = probe(x[train], y[train], x[test], y[test], c)
     return out.tolist()
 

@@ -396,9 +396,10 @@ def bootstrap_statistic(statistic: Callable[[Any, Any], float], runs: Sequence, 
                         f"hierarchical bootstrap: {len(use)} seeds then {n} examples, t over seeds ({confidence:.0%})",
                         len(use) - 1, confidence)
     half = _quantile(0.5 + confidence / 2, None) * se
+    why = "one run whatever the seed" if one_run else f"the {len(runs)} seeds' runs identical: one run"
     return Estimate(metric, value, value - half, value + half, n,
-                    f"bootstrap over {n} examples (the {len(runs)} seeds' runs identical: one run, {resamples:,} "
-                    f"resamples, {confidence:.0%})", None, confidence)
+                    f"bootstrap over {n} examples ({why}, {resamples:,} resamples, {confidence:.0%})", None,
+                    confidence)
 
 
 def same_within_seeds(scores: Mapping[str, Sequence[float]], tol: float = 1e-9) -> bool:
