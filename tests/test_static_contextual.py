@@ -204,6 +204,10 @@ def test_cross_fitted_probes_are_one_run_with_the_examples_noise():
     assert one.value == pytest.approx(0.05) and np.isfinite(one.low) and one.df is None and "one run" in one.method
     assert (three.low, three.high) == pytest.approx((one.low, one.high))  # copies of one run add nothing
     assert (big.high - big.low) == pytest.approx((three.high - three.low) / 2, rel=0.25)
+    # seeds that happen to be identical (the whole training set, a deterministic probe) are one run as well
+    same = decide({"sst2": {"static": runs(0.70, 400, seeds=1) * 3,
+                            "contextual": runs(0.75, 400, seeds=1, offset=7) * 3}})[1]["sst2"]
+    assert (same.low, same.high) == pytest.approx((one.low, one.high)) and "3 seeds' runs identical" in same.method
     # without one_run a single seed shows nothing about the seeds: no interval
     assert not np.isfinite(decide({"sst2": {"static": runs(0.70, 400, seeds=1),
                                             "contextual": runs(0.75, 400, seeds=1)}})[1]["sst2"].low)

@@ -202,13 +202,13 @@ def cross_fit(x: np.ndarray, y, folds: int, c: float = 0.0) -> list[float]:
     and each fold is scored by the probe trained on the others."""
     from sklearn.model_selection import StratifiedKFold
 
+    from ptmlab.core.progress import progress
+
     y = np.asarray(y)
     smallest = int(np.unique(y, return_counts=True)[1].min()) if len(y) else 0
     if folds < 2 or smallest < folds:
         raise PtmlabError(f"--probe-folds {folds}: needs at least 2 folds and at least as many examples of every "
                           f"label (the rarest has {smallest}): lower --probe-folds or raise --max-train")
-    from ptmlab.core.progress import progress
-
     out = np.zeros(len(y))
     splits = StratifiedKFold(n_splits=folds, shuffle=True, random_state=0).split(x, y)
     for train, test in progress(splits, total=folds, desc="cross-fitted probes"):
@@ -374,7 +374,7 @@ def _gain(a_runs: list[list[float]], b_runs: list[list[float]] | None, gold: lis
     if metric == "accuracy":
         d = np.asarray(a_runs, dtype=float) - (np.asarray(b_runs, dtype=float) if b_runs is not None else 0.0)
         if one_run or (len(d) > 1 and all(np.array_equal(r, d[0]) for r in d[1:])):
-            return bootstrap_statistic(lambda run, idx: float(run[idx].mean()), list(d), n, name, one_run=True)
+            return bootstrap_statistic(lambda run, idx: float(run[idx].mean()), list(d), n, name, one_run=one_run)
         return hierarchical_bootstrap(a_runs, b_runs, name)
     if not gold or len(gold) != len(a_runs):
         raise PtmlabError(f"{task}: {metric} needs the gold labels of every seed")
