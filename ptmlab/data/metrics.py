@@ -88,10 +88,13 @@ def entity_scores(refs: list[list[str]], preds: list[list[str]]) -> dict:
 
     if len(refs) != len(preds) or any(len(r) != len(p) for r, p in zip(refs, preds, strict=False)):
         raise ValueError("entity_scores: predictions and references differ in sentences or tokens")
-    report = classification_report(refs, preds, output_dict=True, zero_division=0)
-    micro = report.get("micro avg", {"precision": 0.0, "recall": 0.0, "f1-score": 0.0})
     tokens = sum(len(r) for r in refs)
     right = sum(a == b for r, p in zip(refs, preds, strict=True) for a, b in zip(r, p, strict=True))
+    if all(t == "O" for sentence in (*refs, *preds) for t in sentence):  # no entity anywhere: 0, as seqeval says,
+        report = {}  # without its averages over no types warning on the console
+    else:
+        report = classification_report(refs, preds, output_dict=True, zero_division=0)
+    micro = report.get("micro avg", {"precision": 0.0, "recall": 0.0, "f1-score": 0.0})
     per_type = {t: {"precision": float(v["precision"]), "recall": float(v["recall"]), "f1": float(v["f1-score"]),
                     "support": int(v["support"])}
                 for t, v in report.items() if not t.endswith(" avg")}
