@@ -153,6 +153,33 @@ def test_underpowered_only_where_the_rule_left_the_claim_open():
     assert power("not supported") == "could detect ±0.0112 (the paper reports 0.0100)"
 
 
+def test_a_claim_of_parts_shows_each_parts_number_and_what_it_could_detect(tmp_path):
+    """A claim decided by several parts has no single estimate: the table and the page show every part's interval
+    with what it measures, and what each part could detect, instead of a dash."""
+    from ptmlab.studies.verdict import combine
+
+    name = NAMES[0]
+    a = paired_seeds([0.84, 0.83, 0.85], [0.80, 0.80, 0.81], "sst2: gain")
+    b = paired_seeds([0.30, 0.35, 0.20], [0.28, 0.36, 0.22], "cola: gain")
+    write_study(tmp_path / name, "parts", [{"x": 1}], combine([decide_above(a), decide_above(b)]),
+                claim=Claim(name, "it helps on both tasks", "Q1", "", "each part above 0", paper_effect=0.02),
+                budget="full", seeds=[0, 1, 2])
+    (entry,) = [e for e in load_entries(tmp_path, STUDIES) if e.study == name]
+    assert entry.outcome == "inconclusive" and entry.estimate is None
+    assert entry.part_numbers() == [f"sst2: gain {a.value:.4f} [{a.low:.4f}, {a.high:.4f}] (paired t over 3 seeds "
+                                    "(95%))", f"cola: gain {b.value:.4f} [{b.low:.4f}, {b.high:.4f}] (paired t "
+                                    "over 3 seeds (95%))"]
+    from ptmlab.studies.verdict import detectable_effect
+
+    da, db = detectable_effect(a), detectable_effect(b)
+    assert entry.power_text() == f"underpowered: could detect ±{da:.4f}; ±{db:.4f}, the paper reports 0.0200"
+    row = next(line for line in markdown_table([entry]).splitlines() if name in line)
+    assert "sst2: gain" in row and "cola: gain" in row and f"±{db:.4f}" in row
+    write_dashboard(tmp_path / "page", tmp_path)
+    page = (tmp_path / "page" / "index.html").read_text(encoding="utf-8")
+    assert page.count('<div class="part">') == 2 and "cola: gain" in page
+
+
 def test_dashboard_bad_paths_are_clean_errors(tmp_path):
     assert_clean_error(run_cli("study", "dashboard", "--results", str(tmp_path / "nope"), "--output",
                                str(tmp_path / "d")), "nope", "--results")

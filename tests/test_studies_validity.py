@@ -485,3 +485,43 @@ def test_rederive_keeps_a_detectable_effect_reported_beside_counts():
     assert again["detectable_effect"] == pytest.approx(det)
     bare = rederive_record("head-ablation", {**record, "detectable_effect": None}, STUDIES)
     assert bare["detectable_effect"] is None
+
+
+def test_a_combined_verdict_keeps_its_parts_through_results_json_and_rederive():
+    """A claim of parts writes each part's outcome, estimate and detectable effect; judging the record again keeps
+    them, and a record written before parts were kept gets them back from its reason, with the same numbers."""
+    from ptmlab.studies.rederive import parts_in, recorded_rule
+
+    seeds = Estimate("gain on task a", 0.02, 0.01, 0.03, 3, "paired t over 3 seeds (95%)", df=2)
+    examples = Estimate("gain on task b", -0.01, -0.05, 0.03, 900, "bootstrap over 900 examples (95%)")
+    joined = assess(combine([decide_above(seeds, 0.0, "task a: gain"), decide_above(examples, 0.0, "task b: gain")]))
+    written = json.loads(json.dumps(joined.to_dict()))
+    assert [p["outcome"] for p in written["parts"]] == [SUPPORTED, INCONCLUSIVE]
+    assert written["parts"][0]["estimate"]["df"] == 2
+    assert written["parts"][1]["detectable_effect"] == pytest.approx(detectable_effect(examples))
+    kept = recorded_rule(written)
+    assert [p.estimate.value for p in kept.parts] == [0.02, -0.01] and kept.parts[0].estimate.df == 2
+    legacy = parts_in(written["reason"])  # the same reason without the parts block
+    assert [p.outcome for p in legacy] == [SUPPORTED, INCONCLUSIVE]
+    assert [p.estimate.metric for p in legacy] == ["task a: gain", "task b: gain"]
+    assert [p.detectable_effect for p in legacy] == pytest.approx([detectable_effect(seeds),
+                                                                   detectable_effect(examples)], rel=1e-3)
+    assert parts_in("gain 0.0100 [0.0000, 0.0200] (paired t over 3 seeds (95%)) is above 0") == ()
+    counts = parts_in("inconclusive: 85 of 144 harmless (could detect ±0.0104, median per head); not supported: "
+                      "0 of 12 raise it")
+    assert counts[0].estimate is None and counts[0].detectable_effect == 0.0104 and counts[1].outcome == NOT_SUPPORTED
+
+
+def test_a_hierarchical_interval_read_back_from_a_reason_keeps_its_seed_level_quantile():
+    """"hierarchical bootstrap: 3 seeds then 872 examples, t over seeds" is a t interval over 3 seeds: read back
+    from a committed reason, its detectable effect is the one the run reported (not a normal quantile's, which
+    reads the same interval as 1.15 times larger)."""
+    from ptmlab.studies.rederive import estimates_in
+
+    est = Estimate("gain", 0.0057, -0.0228, 0.0343, 3, "hierarchical bootstrap: 3 seeds then 872 examples, t over "
+                   "seeds (95%)", df=2)
+    (back,) = estimates_in(decide_above(est).reason)
+    assert back.n == 3 and back.df == 2
+    assert detectable_effect(back) == pytest.approx(detectable_effect(est), rel=1e-3)
+    (examples,) = estimates_in("x 0.5000 [0.4000, 0.6000] (bootstrap over 1000 pairs (95%))")
+    assert examples.n == 1000 and examples.df is None

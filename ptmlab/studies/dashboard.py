@@ -54,6 +54,7 @@ class Entry:
     validity: list = field(default_factory=list)      # [{condition, value, threshold, met, compare}]
     detectable_effect: float | None = None
     paper_effect: float | None = None
+    parts: list = field(default_factory=list)         # a claim of several parts: [{outcome, reason, estimate, ...}]
 
     def unmet(self) -> list[dict]:
         return [c for c in self.validity if isinstance(c, dict) and not c.get("met")]
@@ -75,10 +76,14 @@ class Entry:
         """"could detect ±X" and, for an inconclusive run whose detectable effect is larger than the paper's,
         "underpowered: ... the paper reports Y" (a run whose interval decided the rule was not underpowered for it)."""
         det, paper = self.detectable_effect, self.paper_effect
-        if det is None:
+        per_part = [p.get("detectable_effect") for p in self.parts]
+        if not self.estimate and any(isinstance(d, int | float) for d in per_part):
+            text = "could detect " + "; ".join(f"±{_num(d)}" if isinstance(d, int | float) else "-" for d in per_part)
+        elif det is None:
             return "one run: no interval" if self.outcome == "inconclusive" else ""
-        text = f"could detect ±{_num(det)}"
-        if paper is not None and det > abs(paper) and self.outcome == "inconclusive":
+        else:
+            text = f"could detect ±{_num(det)}"
+        if paper is not None and det is not None and det > abs(paper) and self.outcome == "inconclusive":
             text = f"underpowered: {text}, the paper reports {_num(paper)}"
         elif paper is not None:
             text += f" (the paper reports {_num(paper)})"
@@ -86,17 +91,21 @@ class Entry:
 
     def ours(self) -> str:
         """Our number with its interval: "0.7570 [0.7401, 0.7733]", or "" without an estimate."""
-        e = self.estimate
-        if not e or not isinstance(e.get("value"), int | float):
-            return ""
-        low, high = e.get("low"), e.get("high")
-        if isinstance(low, int | float) and isinstance(high, int | float) and math.isfinite(low) \
-                and math.isfinite(high):
-            return f"{_num(e['value'])} [{_num(low)}, {_num(high)}]"
-        return f"{_num(e['value'])} (no interval)"
+        if not self.estimate:
+            return "; ".join(self.part_numbers())
+        return _interval(self.estimate)
+
+    def part_numbers(self) -> list[str]:
+        """For a claim of several parts (no single estimate): each part's number with what it is and how it was
+        obtained, "sst2: accuracy gain ... 0.0236 [0.0156, 0.0315] (bootstrap over 9423 examples ...)"."""
+        if self.estimate:
+            return []
+        ests = [p.get("estimate") for p in self.parts if isinstance(p.get("estimate"), dict)]
+        return [f"{est.get('metric') or 'part'} {_interval(est)} ({est.get('method') or '-'})"
+                for est in ests if _interval(est)]
 
     def spread(self) -> str:
-        """What the number is and how its interval was obtained."""
+        """What the number is and how its interval was obtained (in ``ours`` itself for a claim of parts)."""
         e = self.estimate or {}
         return "; ".join(str(e[k]) for k in ("metric", "method") if e.get(k))
 
@@ -116,6 +125,17 @@ def _own_options(run: dict) -> str:
     command = str(run.get("command") or "")
     used = {w.split("=", 1)[0] for w in command.split() if w.startswith("--")}
     return " + own options" if used - _PLAIN_OPTIONS else ""
+
+
+def _interval(e: dict) -> str:
+    """"0.7570 [0.7401, 0.7733]" from an estimate's dict, "0.7570 (no interval)" without finite ends, "" without a
+    value."""
+    if not isinstance(e.get("value"), int | float):
+        return ""
+    low, high = e.get("low"), e.get("high")
+    if isinstance(low, int | float) and isinstance(high, int | float) and math.isfinite(low) and math.isfinite(high):
+        return f"{_num(e['value'])} [{_num(low)}, {_num(high)}]"
+    return f"{_num(e['value'])} (no interval)"
 
 
 def _num(x: float) -> str:
@@ -183,6 +203,7 @@ def load_entries(results_dir: Path, studies: Registry | None = None) -> list[Ent
                              validity=[c for c in res.get("validity") or [] if isinstance(c, dict)],
                              detectable_effect=float(det) if isinstance(det, int | float) else None,
                              paper_effect=float(paper) if isinstance(paper, int | float) else None,
+                             parts=[p for p in res.get("parts") or [] if isinstance(p, dict)],
                              budget=str(run.get("budget") or suite.get("budget") or "") + _own_options(run),
                              seeds=list(run.get("seeds") or []), title=str(res.get("title") or ""),
                              plots=sorted((results_dir / name / "plots").glob("*.png")),
@@ -198,6 +219,7 @@ h1{font-size:1.5em;margin:0 0 .3em} p.meta{color:#57606a;margin:.2em 0 1em}
 table{border-collapse:collapse;width:100%} th,td{border:1px solid #d0d7de;padding:6px 8px;vertical-align:top}
 th{background:#f6f8fa;text-align:left;position:sticky;top:0}
 span.num{font-variant-numeric:tabular-nums;white-space:nowrap} td.ours{min-width:10em}
+div.part{font-variant-numeric:tabular-nums;margin-bottom:.3em}
 .badge{display:inline-block;color:#fff;border-radius:10px;padding:1px 8px;font-weight:600;white-space:nowrap}
 .small{color:#57606a;font-size:.9em} img.thumb{height:90px;border:1px solid #d0d7de;margin:2px;background:#fff}
 .counts span{margin-right:1em} div.reason{margin-top:3px} table.validity td,table.validity th{padding:2px 4px}
@@ -239,13 +261,15 @@ def _row(e: Entry) -> str:
             links.append(f'<a href="{esc(e.study)}/report.html">report</a>')
         links.append(f'<a href="{esc(e.study)}/results.json">results.json</a>')
     rule = f'<details class="small"><summary>rule</summary>{esc(e.rule)}</details>' if e.rule else ""
-    ours = esc(e.ours()) or "-"
+    ours = f'<span class="num">{esc(e.ours()) or "-"}</span>'
+    if e.part_numbers():
+        ours = "".join(f'<div class="part">{esc(x)}</div>' for x in e.part_numbers())
     spread = f'<div class="small">{esc(e.spread())}</div>' if e.spread() else ""
     power = f'<div class="small">{esc(e.power_text())}</div>' if e.power_text() else ""
     return (f'<tr class="study" id="{esc(e.study)}" data-outcome="{esc(e.outcome)}">'
             f"<td><b>{esc(e.study)}</b><div class='small'>{esc(e.title)}</div></td>"
             f"<td>{esc(e.source) or '-'}</td><td>{esc(e.claim)}{rule}</td><td>{esc(e.paper) or '-'}</td>"
-            f'<td class="ours"><span class="num">{ours}</span>{spread}{power}</td>'
+            f'<td class="ours">{ours}{spread}{power}</td>'
             f"<td>{_badge(e.outcome)}<div class='reason'>{esc(e.headline())}</div>{_details(e)}</td>"
             f"<td>{esc(e.run_text()) if e.study_dir else '-'}</td><td>{''.join(thumbs) or '-'}</td>"
             f"<td>{' '.join(links) or '-'}</td></tr>")

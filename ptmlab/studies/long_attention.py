@@ -239,7 +239,7 @@ def decide(sdpa_exponent: float | None, longest: int, window_exponent: float | N
     """The rule of ``CLAIM``: both parts, combined; the estimate is Q11's accuracy difference."""
     q10, q11 = q10_verdict(sdpa_exponent, longest, hidden), q11_verdict(window_exponent, acc, correct)
     joined = combine([q10, q11])
-    return Verdict(joined.outcome, joined.reason, q11.estimate)
+    return Verdict(joined.outcome, joined.reason, q11.estimate, parts=joined.parts)
 
 
 # ------------------------------------------------------------------------------------------------- measuring
@@ -417,7 +417,6 @@ def run(argv: list[str]) -> int:
     longest = max(a.length_list)
     exp = {impl: top_exponent(cost_rows, impl) for impl in IMPLS}
     mem = {impl: top_exponent(cost_rows, impl, "peak_mb") for impl in IMPLS}
-    q10, q11 = q10_verdict(exp["sdpa"], longest), q11_verdict(exp["window"], acc, correct)
     verdict = decide(exp["sdpa"], longest, exp["window"], acc, correct=correct)
     exp_rows = [{"part": "Q10", "variant": f"{impl} attention", "max_tokens": longest,
                  "latency_exponent": exp[impl], "memory_exponent": mem[impl],
@@ -436,9 +435,7 @@ def run(argv: list[str]) -> int:
     columns = ["part", "variant", "max_tokens", "accuracy", "accuracy_seeds", "macro_f1", "train_s",
                "train_docs_per_s", "latency_exponent", "memory_exponent", "latency_s_longest"]
     write_study(out, f"Study: long attention ({a.model} on {a.task}, budget {a.budget})", exp_rows + var_rows,
-                verdict, figures, extra={"q10": q10.outcome, "q11": q11.outcome, "parts": [q10.to_dict(),
-                                                                                         q11.to_dict()],
-                                         "cost_rows": cost_rows, "seed_accuracy": acc, "dev_examples": n_dev,
+                verdict, figures, extra={"cost_rows": cost_rows, "seed_accuracy": acc, "dev_examples": n_dev,
                                          "seed_correct": correct, "lr_choice": choice},
                 columns=columns, claim=CLAIM, budget=a.budget, seeds=a.seed_list, validity=validity)
     return 0

@@ -32,7 +32,8 @@ from ptmlab.studies.verdict import INCONCLUSIVE, OUTCOMES, Estimate, Verdict, de
 
 RESULTS = Path("studies/results")
 # what judge writes: dropped before a record is judged again
-_JUDGED = ("outcome", "reason", "estimate", "validity", "detectable_effect", "paper_effect", "rule", "verdict")
+_JUDGED = ("outcome", "reason", "estimate", "validity", "detectable_effect", "paper_effect", "rule", "verdict",
+           "parts")
 
 
 def module_of(name: str, studies=None):
@@ -60,14 +61,42 @@ def claim_of(module, name: str):
 _INTERVAL = re.compile(r"(-?\d+\.\d+) \[(-?\d+\.\d+), (-?\d+\.\d+)\] \(([^()]*(?:\([^()]*\))?[^()]*)\)")
 
 
+def _estimate(match: re.Match, metric: str = "") -> Estimate:
+    value, low, high, method = match.groups()
+    # "paired t over 3 seeds", "bootstrap over 872 examples", "hierarchical bootstrap: 3 seeds then 436 examples, t
+    # over seeds": n is the seeds behind a seed-level interval (its t quantile's df is n - 1), else the examples
+    n = re.search(r"(\d+) seeds then", method) or re.search(r"over (\d+)", method)
+    return Estimate.from_dict({"metric": metric, "value": float(value), "low": float(low), "high": float(high),
+                               "n": int(n.group(1)) if n else 0, "method": method})
+
+
 def estimates_in(text: str) -> list[Estimate]:
     """The intervals a reason quotes ("0.0076 [-0.0015, 0.0172] (paired t over 3 seeds (95%))"), as estimates."""
-    out = []
-    for value, low, high, method in _INTERVAL.findall(text):
-        n = re.search(r"over (\d+)", method)
-        out.append(Estimate.from_dict({"metric": "", "value": float(value), "low": float(low), "high": float(high),
-                                       "n": int(n.group(1)) if n else 0, "method": method}))
-    return out
+    return [_estimate(m) for m in _INTERVAL.finditer(text)]
+
+
+_PART = re.compile(r"(?:^|; )(?=(?:" + "|".join(re.escape(o) for o in OUTCOMES) + r"): )")
+_DETECT = re.compile(r"could detect ±(\d+(?:\.\d+)?)")
+
+
+def parts_in(reason: str) -> tuple[Verdict, ...]:
+    """The parts of a combined rule's reason ("inconclusive: A ...; supported: B ..."), each with the first interval
+    it quotes (its metric: the words before the number) and what it could detect; () for a rule of one part."""
+    texts = [t for t in _PART.split(reason) if t]
+    if len(texts) < 2 or not all(any(t.startswith(f"{o}: ") for o in OUTCOMES) for t in texts):
+        return ()
+    parts = []
+    for text in texts:
+        outcome = next(o for o in sorted(OUTCOMES, key=len, reverse=True) if text.startswith(f"{o}: "))
+        body = text[len(outcome) + 2:]
+        m = _INTERVAL.search(body)
+        est = _estimate(m, body[:m.start()].strip()) if m else None
+        det = detectable_effect(est) if est is not None else None
+        quoted = _DETECT.search(body)
+        if det is None and quoted:
+            det = float(quoted.group(1))  # a rule that counts units reports it beside its counts
+        parts.append(Verdict(outcome, body, est, detectable_effect=det))
+    return tuple(parts)
 
 
 def recorded_rule(record: dict) -> Verdict:
@@ -85,7 +114,9 @@ def recorded_rule(record: dict) -> Verdict:
         dets = [record["detectable_effect"]]  # a rule that reports it beside counts, not beside an interval
     if estimate is None and outcome != INCONCLUSIVE:
         dets = []  # a decided rule of several parts: ``combine`` keeps only its open parts' detectable effects
-    return Verdict(outcome, reason, estimate, detectable_effect=max(dets) if dets else None)
+    parts = tuple(p for p in map(Verdict.from_part, [d for d in record.get("parts") or [] if isinstance(d, dict)])
+                  if p is not None) or (parts_in(reason) if estimate is None else ())
+    return Verdict(outcome, reason, estimate, detectable_effect=max(dets) if dets else None, parts=parts)
 
 
 def hierarchical(record: dict) -> bool:

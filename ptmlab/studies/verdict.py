@@ -247,7 +247,25 @@ class Verdict:
             d["paper_effect"] = self.paper_effect
         if self.rule_outcome:
             d["rule"] = {"outcome": self.rule_outcome, "reason": self.rule_reason}
+        if self.parts:
+            d["parts"] = [p.part_dict() for p in self.parts]
         return d
+
+    def part_dict(self) -> dict:
+        """This verdict as one part of a combined one: outcome, reason, estimate, detectable effect."""
+        return {"outcome": self.outcome, "reason": self.reason,
+                "estimate": self.estimate.to_dict() if self.estimate else None,
+                "detectable_effect": self.detectable_effect}
+
+    @classmethod
+    def from_part(cls, d: Mapping) -> Verdict | None:
+        """A part read back from results.json (``part_dict``); None when it is not one."""
+        est, det = d.get("estimate"), d.get("detectable_effect")
+        if d.get("outcome") not in OUTCOMES:
+            return None
+        return cls(str(d["outcome"]), str(d.get("reason") or ""),
+                   Estimate.from_dict(est) if isinstance(est, Mapping) and est.get("value") is not None else None,
+                   detectable_effect=float(det) if isinstance(det, int | float) else None)
 
 
 def _t_quantile(confidence: float, df: int) -> float:
