@@ -180,6 +180,18 @@ def test_a_claim_of_parts_shows_each_parts_number_and_what_it_could_detect(tmp_p
     assert page.count('<div class="part">') == 2 and "cola: gain" in page
 
 
+def test_numbers_read_at_the_precision_of_their_interval():
+    from ptmlab.studies.dashboard import Entry
+
+    def ours(value: float) -> str:
+        return Entry("s", "inconclusive", "c", "src", estimate={"value": value, "low": -0.0149, "high": 0.0153}).ours()
+
+    assert ours(1.91e-4) == "0.0002 [-0.0149, 0.0153]"
+    assert ours(-5.1e-4) == "-0.0005 [-0.0149, 0.0153]"
+    assert ours(2e-5) == "2.00e-05 [-0.0149, 0.0153]"  # four decimals would say 0.0000
+    assert ours(0.0) == "0.0000 [-0.0149, 0.0153]"
+
+
 def test_dashboard_bad_paths_are_clean_errors(tmp_path):
     assert_clean_error(run_cli("study", "dashboard", "--results", str(tmp_path / "nope"), "--output",
                                str(tmp_path / "d")), "nope", "--results")

@@ -139,7 +139,9 @@ def _interval(e: dict) -> str:
 
 
 def _num(x: float) -> str:
-    if x != 0 and abs(x) < 1e-3:
+    """Four decimals, like the intervals beside it (0.0002 [-0.0149, 0.0153]); scientific only where four decimals
+    would read 0.0000."""
+    if x != 0 and abs(x) < 5e-5:
         return f"{x:.2e}"
     return f"{x:,.1f}" if abs(x) >= 100 else f"{x:.4f}"
 
