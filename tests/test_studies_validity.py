@@ -525,3 +525,32 @@ def test_a_hierarchical_interval_read_back_from_a_reason_keeps_its_seed_level_qu
     assert detectable_effect(back) == pytest.approx(detectable_effect(est), rel=1e-3)
     (examples,) = estimates_in("x 0.5000 [0.4000, 0.6000] (bootstrap over 1000 pairs (95%))")
     assert examples.n == 1000 and examples.df is None
+
+
+def test_the_power_note_reads_the_part_the_papers_effect_is_about():
+    """super-tickets' paper effect (+0.6 points) is the ticket's gain, part 1; the heavy-pruning loss, part 2, is
+    noisier: "underpowered" and the seeds that would decide it come from part 1's spread, and a decided part 1 needs
+    no power note even when part 2 stays open."""
+    gain = Estimate("gain", -0.015, -0.053, 0.023, 3, "hierarchical bootstrap: 3 seeds then 436 examples, t over "
+                    "seeds (95%)", df=2)
+    loss = Estimate("loss", 0.049, -0.025, 0.122, 3, "hierarchical bootstrap: 3 seeds then 436 examples, t over "
+                    "seeds (95%)", df=2)
+    rule = combine([decide_above(gain), decide_above(loss)])
+    by_part = assess(rule, (), 0.006, paper_part=0)
+    assert f"underpowered: could detect ±{detectable_effect(gain):.4f}, the paper reports 0.006" in by_part.reason
+    assert f"about {budget_to_decide(gain, 0.006)} seeds" in by_part.reason
+    assert budget_to_decide(gain, 0.006) < budget_to_decide(loss, 0.006)
+    widest = assess(rule, (), 0.006)  # no part named: the widest open part, as for ghost's two gains
+    assert f"could detect ±{detectable_effect(loss):.4f}, the paper reports" in widest.reason
+    decided = Estimate("gain", 0.02, 0.01, 0.03, 3, "paired t over 3 seeds (95%)", df=2)
+    quiet = assess(combine([decide_above(decided), decide_above(loss)]), (), 0.006, paper_part=0)
+    assert quiet.outcome == INCONCLUSIVE and "underpowered" not in quiet.reason
+    from ptmlab.studies.dashboard import Entry
+
+    parts = [Verdict.part_dict(p) for p in rule.parts]
+    entry = Entry("s", INCONCLUSIVE, "c", "src", detectable_effect=detectable_effect(loss), paper_effect=0.006,
+                  parts=parts, paper_part=0)
+    assert entry.power_text().startswith("underpowered: could detect ±")
+    closed = Entry("s", INCONCLUSIVE, "c", "src", detectable_effect=detectable_effect(loss), paper_effect=0.006,
+                   parts=[{**parts[0], "outcome": SUPPORTED}, parts[1]], paper_part=0)
+    assert not closed.power_text().startswith("underpowered")

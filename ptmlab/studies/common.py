@@ -391,7 +391,7 @@ def judge(verdict, record: dict, validity=None, claim=None):
     from ptmlab.studies.verdict import assess
 
     conditions = list(validity(record)) if validity is not None else []
-    return assess(verdict, conditions, getattr(claim, "paper_effect", None))
+    return assess(verdict, conditions, getattr(claim, "paper_effect", None), getattr(claim, "paper_part", None))
 
 
 def default_task() -> str:

@@ -55,6 +55,7 @@ class Entry:
     detectable_effect: float | None = None
     paper_effect: float | None = None
     parts: list = field(default_factory=list)         # a claim of several parts: [{outcome, reason, estimate, ...}]
+    paper_part: int | None = None                     # the part the paper's effect is about (Claim.paper_part)
 
     def unmet(self) -> list[dict]:
         return [c for c in self.validity if isinstance(c, dict) and not c.get("met")]
@@ -83,6 +84,10 @@ class Entry:
             return "one run: no interval" if self.outcome == "inconclusive" else ""
         else:
             text = f"could detect ±{_num(det)}"
+        if self.paper_part is not None and 0 <= self.paper_part < len(self.parts):
+            part = self.parts[self.paper_part]  # the part the paper's effect is about: its own power, if open
+            d = part.get("detectable_effect")
+            det = d if part.get("outcome") == "inconclusive" and isinstance(d, int | float) else None
         if paper is not None and det is not None and det > abs(paper) and self.outcome == "inconclusive":
             text = f"underpowered: {text}, the paper reports {_num(paper)}"
         elif paper is not None:
@@ -206,6 +211,7 @@ def load_entries(results_dir: Path, studies: Registry | None = None) -> list[Ent
                              detectable_effect=float(det) if isinstance(det, int | float) else None,
                              paper_effect=float(paper) if isinstance(paper, int | float) else None,
                              parts=[p for p in res.get("parts") or [] if isinstance(p, dict)],
+                             paper_part=claim.get("paper_part") if isinstance(claim.get("paper_part"), int) else None,
                              budget=str(run.get("budget") or suite.get("budget") or "") + _own_options(run),
                              seeds=list(run.get("seeds") or []), title=str(res.get("title") or ""),
                              plots=sorted((results_dir / name / "plots").glob("*.png")),

@@ -62,6 +62,7 @@ CLAIM = Claim(
         "predictor by a t interval over seeds",
     ),
     paper_effect=0.006,
+    paper_part=0,  # the paper's +0.6 points is the super ticket's gain (part 1), not the heavy-pruning loss
 )
 
 

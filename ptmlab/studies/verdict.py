@@ -70,10 +70,13 @@ class Claim:
     rule: str           # the decision rule in words, including the noise model
     conditions: tuple[str, ...] = ()    # validity conditions, in words, checked on the run's numbers before the rule
     paper_effect: float | None = None   # the paper's effect in the unit of the rule's estimate (0.006: +0.6 points)
+    paper_part: int | None = None       # for a rule of several parts: the part (0-based) the paper's effect is about
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["conditions"] = list(self.conditions)
+        if self.paper_part is None:
+            del d["paper_part"]
         return d
 
 
@@ -495,13 +498,16 @@ def seed_interval_above(scores: Sequence[float], trivial: float | None, what: st
                            missing="one seed gives no interval: not established")
 
 
-def assess(verdict: Verdict, validity: Sequence[Condition] = (), paper_effect: float | None = None) -> Verdict:
+def assess(verdict: Verdict, validity: Sequence[Condition] = (), paper_effect: float | None = None,
+           paper_part: int | None = None) -> Verdict:
     """The rule's verdict checked against the pre-registered validity conditions and the paper's effect.
 
     Any unmet condition: ``cannot test``, with the failed conditions and their numbers first in the reason (the
     rule's own outcome kept as ``rule_outcome``). Else the rule's outcome, with the detectable effect beside it;
     an inconclusive verdict that could not have detected the paper's effect says it is underpowered and what budget
-    would decide it."""
+    would decide it. ``paper_part``: for a rule of several parts, the part the paper's effect is about (the others
+    measure something else, a loss at heavy pruning, say); its detectable effect and spread are the ones compared
+    with the paper's, and none is when that part is decided."""
     validity = tuple(verdict.validity) + tuple(validity)
     rule = (verdict.rule_outcome, verdict.rule_reason) if verdict.rule_outcome else (verdict.outcome, verdict.reason)
     det = verdict.detectable_effect
@@ -515,15 +521,19 @@ def assess(verdict: Verdict, validity: Sequence[Condition] = (), paper_effect: f
     reason = verdict.reason
     if det is not None and "could detect" not in reason and verdict.outcome != SUPPORTED:
         reason += f"; could detect ±{det:.4f}"
-    if verdict.outcome == INCONCLUSIVE and paper is not None and "underpowered" not in reason:
-        if det is None:
+    part = verdict.parts[paper_part] if paper_part is not None and 0 <= paper_part < len(verdict.parts) else None
+    if part is not None:  # the part the paper's effect is about; decided, it needs no power note
+        open_, cmp_det, cmp_est = part.outcome == INCONCLUSIVE, part.detectable_effect, part.estimate
+    else:
+        open_, cmp_det, cmp_est = True, det, verdict.estimate or _binding_estimate(verdict)
+    if verdict.outcome == INCONCLUSIVE and open_ and paper is not None and "underpowered" not in reason:
+        if cmp_det is None:
             reason += (f"; underpowered: one run gives no interval, the paper reports {paper:g}; at least 3 seeds "
                        "are needed")
-        elif det > abs(paper):
-            est = verdict.estimate or _binding_estimate(verdict)
-            need = budget_to_decide(est, paper) if est is not None else None
-            units = _units(est) if est is not None else "seeds"
-            reason += (f"; underpowered: could detect ±{det:.4f}, the paper reports {paper:g}"
+        elif cmp_det > abs(paper):
+            need = budget_to_decide(cmp_est, paper) if cmp_est is not None else None
+            units = _units(cmp_est) if cmp_est is not None else "seeds"
+            reason += (f"; underpowered: could detect ±{cmp_det:.4f}, the paper reports {paper:g}"
                        + (f"; about {need} {units} would decide it" if need else ""))
     return Verdict(verdict.outcome, reason, verdict.estimate, validity, det, paper, *rule, verdict.parts)
 
