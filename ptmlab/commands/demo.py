@@ -1,5 +1,5 @@
 """``ptmlab demo``: the guided tour on built-in defaults. Fine-tunes minilm on the built-in tweets task, evaluates
-on the test split, adds distilled, pruned and quantized variants timed side by side (about 15 minutes on 2 CPU cores
+on the test split, adds distilled, pruned and quantized variants timed side by side (about 6 minutes on 2 CPU cores
 in all) and writes a report with the loss curve, confusion matrix, per-class scores and the variants table."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
                                 max_eval=min(d.max_eval or QUICK_EXAMPLES // 2, QUICK_EXAMPLES // 2))
     print(f"ptmlab demo: fine-tuning {d.model} on the built-in 'tweets' task "
           f"({d.max_train or 'all'} examples, {d.epochs:g} epoch(s)), then distilled, pruned and quantized variants; "
-          f"about {4 if d.quick else 15} minutes on 2 cores")
+          f"about {2 if d.quick else 6} minutes on 2 cores")
     options = {k: v for k, v in dataclasses.asdict(d).items() if k != "quick"}
     cfg = build_config(FinetuneConfig, {**options, "task": "tweets", "batch_size": 32, "eval_steps": 150,
                                         "test": True}, source="demo")
