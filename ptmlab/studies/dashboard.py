@@ -27,6 +27,7 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.core.io import atomic_write_bytes, atomic_write_text
 from ptmlab.core.registry import Registry
 from ptmlab.studies.suite import read_results
+from ptmlab.studies.verdict import paper_part_of
 
 NOT_RUN, FAILED, UNRATED = "not run", "failed", "unrated"
 COLOURS = {"supported": "#1a7f37", "not supported": "#cf222e", "inconclusive": "#bf8700", "cannot test": "#6e40c9",
@@ -84,8 +85,7 @@ class Entry:
             return "one run: no interval" if self.outcome == "inconclusive" else ""
         else:
             text = f"could detect ±{_num(det)}"
-        if self.paper_part is not None and 0 <= self.paper_part < len(self.parts):
-            part = self.parts[self.paper_part]  # the part the paper's effect is about: its own power, if open
+        if (part := paper_part_of(self.parts, self.paper_part)) is not None:  # its own power, if open
             d = part.get("detectable_effect")
             det = d if part.get("outcome") == "inconclusive" and isinstance(d, int | float) else None
         if paper is not None and det is not None and det > abs(paper) and self.outcome == "inconclusive":

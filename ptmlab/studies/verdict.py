@@ -498,6 +498,12 @@ def seed_interval_above(scores: Sequence[float], trivial: float | None, what: st
                            missing="one seed gives no interval: not established")
 
 
+def paper_part_of(parts: Sequence, paper_part: int | None):
+    """The part of a rule of several parts that the paper's effect is about (``Claim.paper_part``); None when no
+    part is named or the index is not one of ``parts``."""
+    return parts[paper_part] if paper_part is not None and 0 <= paper_part < len(parts) else None
+
+
 def assess(verdict: Verdict, validity: Sequence[Condition] = (), paper_effect: float | None = None,
            paper_part: int | None = None) -> Verdict:
     """The rule's verdict checked against the pre-registered validity conditions and the paper's effect.
@@ -521,7 +527,7 @@ def assess(verdict: Verdict, validity: Sequence[Condition] = (), paper_effect: f
     reason = verdict.reason
     if det is not None and "could detect" not in reason and verdict.outcome != SUPPORTED:
         reason += f"; could detect ±{det:.4f}"
-    part = verdict.parts[paper_part] if paper_part is not None and 0 <= paper_part < len(verdict.parts) else None
+    part = paper_part_of(verdict.parts, paper_part)
     if part is not None:  # the part the paper's effect is about; decided, it needs no power note
         open_, cmp_det, cmp_est = part.outcome == INCONCLUSIVE, part.detectable_effect, part.estimate
     else:
