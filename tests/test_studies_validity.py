@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pytest
+import scipy.stats
 
 from ptmlab.studies import load_all
 from ptmlab.studies.rederive import claim_of, module_of, rederive_record
@@ -96,9 +97,19 @@ def test_detectable_effect_is_the_power_formula():
     assert detectable_effect(paired_seeds([0.5, 0.5], [0.5, 0.5], "g")) is None  # no spread: noise unmeasured
     normal = Estimate("m", 0.0, -0.0196, 0.0196, 1000, "bootstrap over 1000 examples (95%)")
     assert detectable_effect(normal) == pytest.approx((1.959964 + 0.841621) * 0.01, rel=1e-4)
-    # what would decide it: the spread of one seed, (z + z_power) x SD / effect, squared
+    # what would decide it: the spread of one seed, the fewest seeds n whose t quantiles (n - 1 degrees of freedom)
+    # give (t + t_power) x SD / sqrt(n) <= the effect; more than the normal formula's count, which ignores df
     sd = se * math.sqrt(3)
-    assert budget_to_decide(est, 0.005) == math.ceil(((1.959964 + 0.841621) * sd / 0.005) ** 2)
+    normal_n = math.ceil(((1.959964 + 0.841621) * sd / 0.005) ** 2)
+    n = budget_to_decide(est, 0.005)
+    t = scipy.stats.t.ppf
+    assert n > normal_n
+    assert (t(0.975, n - 1) + t(0.8, n - 1)) * sd / math.sqrt(n) <= 0.005
+    assert (t(0.975, n - 2) + t(0.8, n - 2)) * sd / math.sqrt(n - 1) > 0.005
+    # over examples (no df) it stays the normal formula
+    z = scipy.stats.norm.ppf
+    normal_sd = 0.0196 / z(0.975) * math.sqrt(1000)
+    assert budget_to_decide(normal, 0.005) == math.ceil(((z(0.975) + z(0.8)) * normal_sd / 0.005) ** 2)
 
 
 def test_underpowered_inconclusive_says_so_with_the_budget_that_would_decide():

@@ -24,13 +24,13 @@ interval over seeds. Supported when the interval lies above 0; not supported whe
 hurts); inconclusive otherwise or with one seed (--budget small).
 
 Budgets: ``--budget small`` adapts the tiny model for 6 steps on one domain, one seed (inconclusive by
-construction); ``--budget full`` runs 3 seeds on the airline, books and electronics domains with minilm
+construction); ``--budget full`` runs 5 seeds on the airline, books and electronics domains with minilm
 (``--model mpnet``, a 12-layer, 768-wide encoder of the paper's RoBERTa-base size, runs: checked on 2 MLM steps;
-the full study with it takes hours on a CPU). ``full`` tests on every row of each domain: five seeds, seed i on fold
+the full study with it takes hours on a CPU). ``full`` tests on every row of each domain: seed i on fold
 i of five (400 test rows each, 2,000 over the seeds; ``--folds``), instead of the fixed 10% (200 rows, one row half a
 point of accuracy) the default keeps. Roughly, ``full`` is 5 seeds x 3 domains x (300 masked-LM steps and two
-fine-tunings of about 90 steps), some 7,000 minilm steps: about 4 hours on 2 free CPU cores, 15 to 20 minutes on one
-modern GPU (mpnet: about 5 times that).
+fine-tunings of about 90 steps), some 7,000 minilm steps: 3.3 hours measured on 2 free CPU cores, 15 to 20 minutes
+on one modern GPU (mpnet: about 5 times that).
 """
 
 from __future__ import annotations

@@ -202,13 +202,20 @@ def detectable_effect(est: Estimate | None, power: float = POWER, confidence: fl
 
 def budget_to_decide(est: Estimate, target: float, power: float = POWER) -> int | None:
     """Roughly how many seeds (or examples) would bring the detectable effect down to ``target``: the spread of one
-    unit, ``SD = SE × √n``, then ``n' = ((z(1 - α/2) + z(power)) × SD / target)²`` with normal quantiles (a large
-    n' has a t quantile near the normal one)."""
+    unit, ``SD = SE × √n``, then the smallest ``n'`` with ``(q(1 - α/2) + q(power)) × SD / √n' <= target``: t
+    quantiles with ``n' - 1`` degrees of freedom where the estimate is over seeds (its ``df``), as
+    ``detectable_effect`` reads them, so that ``n'`` seeds would report a detectable effect of about ``target``;
+    normal quantiles where it is over examples."""
     if est is None or not target or est.n < 1 or not (math.isfinite(est.low) and math.isfinite(est.high)):
         return None
     sd = est.half_width() / _quantile(0.5 + est.confidence / 2, est.df) * math.sqrt(est.n)
     z = _quantile(0.5 + est.confidence / 2, None) + _quantile(power, None)
-    return max(est.n + 1, math.ceil((z * sd / abs(target)) ** 2))
+    n = max(est.n + 1, math.ceil((z * sd / abs(target)) ** 2))  # the normal answer: a lower bound under t
+    if est.df is None:
+        return n
+    while (_quantile(0.5 + est.confidence / 2, n - 1) + _quantile(power, n - 1)) * sd / math.sqrt(n) > abs(target):
+        n += 1
+    return n
 
 
 def _units(est: Estimate) -> str:
