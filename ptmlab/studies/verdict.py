@@ -196,8 +196,12 @@ def detectable_effect(est: Estimate | None, power: float = POWER, confidence: fl
     if est is None or not (math.isfinite(est.low) and math.isfinite(est.high)) or est.high <= est.low:
         return None  # one run, or no spread at all (every seed the same): the noise is not measured
     se = est.half_width() / _quantile(0.5 + est.confidence / 2, est.df)
-    z = _quantile(0.5 + (est.confidence if confidence is None else confidence) / 2, est.df)
-    return float((z + _quantile(power, est.df)) * se)
+    return float(_power_multiplier(est.confidence if confidence is None else confidence, power, est.df) * se)
+
+
+def _power_multiplier(confidence: float, power: float, df: int | None) -> float:
+    """``q(1 - α/2) + q(power)``: the detectable effect in standard errors (t quantiles with ``df``, else normal)."""
+    return _quantile(0.5 + confidence / 2, df) + _quantile(power, df)
 
 
 def budget_to_decide(est: Estimate, target: float, power: float = POWER) -> int | None:
@@ -209,11 +213,11 @@ def budget_to_decide(est: Estimate, target: float, power: float = POWER) -> int 
     if est is None or not target or est.n < 1 or not (math.isfinite(est.low) and math.isfinite(est.high)):
         return None
     sd = est.half_width() / _quantile(0.5 + est.confidence / 2, est.df) * math.sqrt(est.n)
-    z = _quantile(0.5 + est.confidence / 2, None) + _quantile(power, None)
+    z = _power_multiplier(est.confidence, power, None)
     n = max(est.n + 1, math.ceil((z * sd / abs(target)) ** 2))  # the normal answer: a lower bound under t
     if est.df is None:
         return n
-    while (_quantile(0.5 + est.confidence / 2, n - 1) + _quantile(power, n - 1)) * sd / math.sqrt(n) > abs(target):
+    while _power_multiplier(est.confidence, power, n - 1) * sd / math.sqrt(n) > abs(target):
         n += 1
     return n
 
