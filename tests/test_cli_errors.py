@@ -36,6 +36,16 @@ CASES = {
     "non_positive_lr": (["finetune", "--model", "tiny", "--lr", "-0.001"], "--lr must be positive"),
     "zero_lr": (["finetune", "--model", "tiny", "--lr", "0"], "--lr must be positive"),
     "bad_number": (["finetune", "--model", "tiny", "--epochs", "many"], "--epochs expects float"),
+    # counts and sizes checked before any model is loaded (a negative LoRA rank once reached peft's own ValueError)
+    "negative_lora_rank": (["finetune", "--model", "tiny", "--strategy", "lora", "--lora-r", "-1"],
+                           "--lora-r must be >= 1, got -1"),
+    "zero_adapter": (["finetune", "--model", "tiny", "--adapter-size", "0"], "--adapter-size must be >= 1"),
+    "negative_eval_steps": (["finetune", "--model", "tiny", "--eval-steps", "-5"], "--eval-steps must be >= 0"),
+    "lora_dropout_one": (["finetune", "--model", "tiny", "--lora-dropout", "1"], "--lora-dropout in [0, 1)"),
+    "stlr_ratio_below_one": (["finetune", "--model", "tiny", "--stlr-ratio", "0.5"], "--stlr-ratio"),
+    "nan_grad_norm": (["finetune", "--model", "tiny", "--max-grad-norm", "nan"], "--max-grad-norm must be >= 0"),
+    "study_negative_pairs": (["study", "anomaly", "--per-phenomenon", "-3"], "--per-phenomenon must be >= 0"),
+    "study_zero_mlm_steps": (["study", "domain-adaptation", "--mlm-steps", "0"], "--mlm-steps must be >= 1"),
 }
 
 

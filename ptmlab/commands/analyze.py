@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from ptmlab.core.config import Validated, add_config_args, config_to_dict, opt, resolve_config
+from ptmlab.core.config import Validated, add_config_args, at_least, config_to_dict, opt, resolve_config
 from ptmlab.core.errors import PtmlabError
 from ptmlab.train.args import DataArgs
 
@@ -29,13 +29,10 @@ class AnalyzeConfig(DataArgs):
 
     def validate(self) -> None:
         self.validate_data()
-        for name in ("batch_size", "permutations", "adv_steps"):
-            if getattr(self, name) < 1:
-                raise PtmlabError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        at_least(self, 1, "batch_size", "permutations", "adv_steps")
         if not 0 < self.epsilon < 1:
             raise PtmlabError(f"--epsilon must be in (0, 1) (an output total variation distance), got {self.epsilon}")
-        if self.examples < 0:
-            raise PtmlabError(f"--examples must be >= 0, got {self.examples}")
+        at_least(self, 0, "examples")
 
 
 @dataclass(frozen=True)
@@ -64,11 +61,8 @@ class AnomalyConfig(Validated):
     def validate(self) -> None:
         if not self.blimp and not self.anomaly_sets:
             raise PtmlabError("nothing to score: pass --blimp DIR and/or --anomaly-sets DIR")
-        for name in ("max_sentences", "batch_size"):
-            if getattr(self, name) < 1:
-                raise PtmlabError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.per_phenomenon < 0 or self.heatmap_pairs < 0:
-            raise PtmlabError("--per-phenomenon and --heatmap-pairs must be >= 0")
+        at_least(self, 1, "max_sentences", "batch_size")
+        at_least(self, 0, "per_phenomenon", "heatmap_pairs")
 
 
 KINDS = ("heads", "layers", "attention", "explanation", "adversarial-attention")

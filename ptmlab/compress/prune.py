@@ -18,7 +18,7 @@ from pathlib import Path
 from ptmlab.compress.importance import IMPORTANCE, compute_importance
 from ptmlab.compress.surgery import ffn_per_layer, head_dim, heads_per_layer, mask_to_keep, prune_structure
 from ptmlab.compress.targets import check_fraction, ffn_mask, fraction_for_params, head_mask
-from ptmlab.core.config import build_config, opt
+from ptmlab.core.config import at_least, build_config, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.report.model_card import write_model_card
 from ptmlab.train.args import DataArgs, FinetuneConfig, ModelArgs, TrainArgs
@@ -61,12 +61,8 @@ class PruneConfig(ModelArgs, DataArgs, TrainArgs, RecoveryArgs):
         for name in ("heads", "ffn", "params"):
             check_fraction(name, getattr(self, name))
         IMPORTANCE.get(self.importance)
-        if self.iterations < 1:
-            raise PtmlabError(f"--iterations must be >= 1, got {self.iterations}")
-        if self.recover_epochs < 0:
-            raise PtmlabError(f"--recover-epochs must be >= 0, got {self.recover_epochs}")
-        if self.importance_examples < 1:
-            raise PtmlabError(f"--importance-examples must be >= 1, got {self.importance_examples}")
+        at_least(self, 1, "iterations", "importance_examples")
+        at_least(self, 0, "recover_epochs")
         for layer in self.layers:
             if not str(layer).isdigit():
                 raise PtmlabError(f"--layers entry '{layer}' is not a layer number: give numbers like 0,5")

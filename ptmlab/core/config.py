@@ -30,6 +30,15 @@ class Validated:
             validate()
 
 
+def at_least(cfg: Any, minimum: float, *names: str) -> None:
+    """Raise a one-line error naming the flag when any of the options ``names`` of ``cfg`` is below ``minimum``
+    (a count that must be positive, a size that may be 0 for "off" or "all")."""
+    for name in names:
+        value = getattr(cfg, name)
+        if value is not None and not value >= minimum:  # NaN fails too
+            raise PtmlabError(f"--{name.replace('_', '-')} must be >= {minimum}, got {value}")
+
+
 def _base_type(tp: Any) -> Any:
     """Strip Optional[...] / X | None to X."""
     origin = typing.get_origin(tp)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.train.args import STRATEGY_OPTIONS, DataArgs, MultiTaskArgs, TrainArgs
 
@@ -53,10 +53,7 @@ class DistillConfig(DistillArgs, MultiTaskArgs, DataArgs, TrainArgs):
             raise PtmlabError(f"--temperature must be positive, got {self.temperature}")
         if not 0 <= self.alpha <= 1:
             raise PtmlabError(f"--alpha must be in [0, 1], got {self.alpha}")
-        for name in ("relation_heads", "augment", "intermediate_epochs", "general_examples"):
-            if getattr(self, name) < 0:
-                raise PtmlabError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        at_least(self, 0, "relation_heads", "augment", "intermediate_epochs", "general_examples")
         if not 0 < self.augment_prob <= 1:
             raise PtmlabError(f"--augment-prob must be in (0, 1], got {self.augment_prob}")
-        if self.teacher_batch_size < 1:
-            raise PtmlabError(f"--teacher-batch-size must be >= 1, got {self.teacher_batch_size}")
+        at_least(self, 1, "teacher_batch_size")

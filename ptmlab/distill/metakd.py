@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.distill.domains import check_folds
 from ptmlab.train.args import STRATEGY_OPTIONS, TrainArgs
@@ -83,15 +83,12 @@ class MetaDistillConfig(MetaKDArgs, TrainArgs):
             raise PtmlabError(f"--strategy {self.strategy} is not supported for meta-distillation: use full")
         if not 0 <= self.alpha <= 1:
             raise PtmlabError(f"--alpha must be in [0, 1], got {self.alpha}")
-        for name in ("gamma1", "gamma2", "teacher_epochs"):
-            if getattr(self, name) < 0:
-                raise PtmlabError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        at_least(self, 0, "gamma1", "gamma2", "teacher_epochs")
         if self.temperature <= 0 or self.teacher_lr <= 0:
             raise PtmlabError("--temperature and --teacher-lr must be positive")
         if not 8 <= self.max_length <= 8192:
             raise PtmlabError(f"--max-length {self.max_length} is out of range: use 8..512")
-        if self.max_per_domain is not None and self.max_per_domain < 1:
-            raise PtmlabError(f"--max-per-domain must be >= 1, got {self.max_per_domain}")
+        at_least(self, 1, "max_per_domain")
         check_folds(self.folds)
         if self.folds and not 0 <= self.fold < self.folds:
             raise PtmlabError(f"--fold {self.fold} is not one of the {self.folds} folds (0..{self.folds - 1})")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.report.model_card import write_model_card
 from ptmlab.train.args import STRATEGY_OPTIONS, TrainArgs
@@ -61,11 +61,8 @@ class EmbedDistillConfig(EmbedDistillArgs, TrainArgs):
             raise PtmlabError(f"pairs must list source and target files two by two; got {self.pairs}")
         if not 8 <= self.max_length <= 8192:
             raise PtmlabError(f"--max-length {self.max_length} is out of range: use 8..512")
-        for name in ("dev_pairs", "teacher_batch_size"):
-            if getattr(self, name) < (1 if name == "teacher_batch_size" else 0):
-                raise PtmlabError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if self.max_pairs is not None and self.max_pairs < 0:
-            raise PtmlabError(f"--max-pairs must be >= 0, got {self.max_pairs}")
+        at_least(self, 1, "teacher_batch_size")
+        at_least(self, 0, "dev_pairs", "max_pairs")
 
 
 def split_pairs(src: list[str], tgt: list[str], dev_pairs: int, seed: int) -> tuple[list[int], list[int]]:

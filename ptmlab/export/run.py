@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import Validated, opt
+from ptmlab.core.config import Validated, at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.io import atomic_write_json
 from ptmlab.data.tasks import TASK_KINDS
@@ -60,8 +60,7 @@ class ExportConfig(Validated):
         if self.int8_mode == "weights" and self.keep_fp32:
             raise PtmlabError("--keep-fp32 applies to --int8-mode dynamic only (weights mode runs every product in "
                               "fp32 already): drop one of them")
-        if self.parity_examples < 0:
-            raise PtmlabError(f"--parity-examples must be >= 0, got {self.parity_examples}")
+        at_least(self, 0, "parity_examples")
 
 
 def check_source(name: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.train.args import STRATEGY_OPTIONS, TrainArgs
 
@@ -62,11 +62,7 @@ class PretrainConfig(TrainArgs, PretrainArgs):
             raise PtmlabError(f"--valid-fraction must be in (0, 1), got {self.valid_fraction}")
         if self.block_size < 8:
             raise PtmlabError(f"--block-size must be at least 8, got {self.block_size}")
-        for name in ("layers", "hidden", "heads", "ffn", "max_tokens", "eval_blocks"):
-            if getattr(self, name) < 0:
-                raise PtmlabError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
-        if self.max_flops < 0:
-            raise PtmlabError(f"--max-flops must be >= 0, got {self.max_flops}")
+        at_least(self, 0, "layers", "hidden", "heads", "ffn", "max_tokens", "eval_blocks", "max_flops")
         if self.model and (self.arch or self.layers or self.hidden or self.heads or self.ffn):
             raise PtmlabError("--model continues an existing model: drop --arch/--layers/--hidden/--heads/--ffn, "
                               "or drop --model to build a new one")

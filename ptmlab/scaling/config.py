@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ptmlab.core.config import Validated, opt
+from ptmlab.core.config import Validated, at_least, opt
 from ptmlab.core.errors import PtmlabError
 
 _SIZE = re.compile(r"^(\d+)x(\d+)(?:x(\d+))?$")
@@ -96,11 +96,8 @@ class ScaleConfig(Validated):
         for s in self.seeds:
             if not s.lstrip("-").isdigit():
                 raise PtmlabError(f"seed '{s}' is not an integer: pass --seeds 0,1")
-        for name in ("head_dim", "ffn_mult", "batch_size", "evals", "workers"):
-            if getattr(self, name) < 1:
-                raise PtmlabError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.eval_blocks < 0:
-            raise PtmlabError(f"--eval-blocks must be >= 0, got {self.eval_blocks}")
+        at_least(self, 1, "head_dim", "ffn_mult", "batch_size", "evals", "workers")
+        at_least(self, 0, "eval_blocks")
         if not 0 <= self.margin < 1:
             raise PtmlabError(f"--margin must be in [0, 1), got {self.margin}")
         if self.loss_tolerance < 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ptmlab.core.config import Validated, opt
+from ptmlab.core.config import Validated, at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.serve.policy import parse_policy
 
@@ -69,9 +69,7 @@ class ServeConfig(Validated):
 
     def validate(self) -> None:
         parse_policy(self.output_policy)
-        for name in ("max_batch", "max_texts", "max_chars", "max_body", "max_queue", "detector_min_queries"):
-            if getattr(self, name) < 1:
-                raise PtmlabError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        at_least(self, 1, "max_batch", "max_texts", "max_chars", "max_body", "max_queue", "detector_min_queries")
         for name in ("max_wait_ms", "timeout", "state_timeout", "watermark_rate", "detector_threshold"):
             if not math.isfinite(getattr(self, name)):
                 raise PtmlabError(f"--{name.replace('_', '-')} must be a finite number, got {getattr(self, name)}")

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from ptmlab.analysis.anomaly import DEFAULT_TEXT_DIR
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import StudyBase, parse_study_args, write_study
@@ -90,7 +90,7 @@ class AnomalyStudyArgs(StudyBase):
     include_special: bool = opt(False, "also score [CLS]/[SEP]")
     variants: list[str] = opt(["centred", "plain"], "scoring variants to choose from on the development phenomena: "
                                                    "centred (token vectors centred on their sentence), plain")
-    per_phenomenon: int = opt(100, "BLiMP pairs per phenomenon")
+    per_phenomenon: int = opt(100, "BLiMP pairs per phenomenon (0: every pair)")
     batch_size: int = opt(64, "batch size")
     seed: int = opt(0, "seed of the reference sample")
     seeds: list[str] = opt([], "reference samples (seeds) to average each pair over, e.g. 0,1,2 (empty: --seed)")
@@ -101,6 +101,8 @@ class AnomalyStudyArgs(StudyBase):
         bad = [v for v in self.variants if v not in VARIANTS]
         if bad or not self.variants:
             raise PtmlabError(f"--variants {','.join(self.variants)} is not valid: choose from centred, plain")
+        at_least(self, 1, "max_sentences", "batch_size")
+        at_least(self, 0, "per_phenomenon")
 
 
 # what --budget small runs (tests, CI)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies.common import StudyArgs, command_config
 
@@ -39,9 +39,7 @@ class CompressStudyArgs(StudyArgs):
             raise PtmlabError(f"--epochs must be positive, got {self.epochs}")
         if not self.lr > 0:
             raise PtmlabError(f"--lr must be positive, got {self.lr}")
-        for name in ("batch_size", "eval_batch_size", "importance_examples", "latency_repeats"):
-            if getattr(self, name) < 1:
-                raise PtmlabError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        at_least(self, 1, "batch_size", "eval_batch_size", "importance_examples", "latency_repeats")
 
 
 def start(a: CompressStudyArgs) -> tuple[Path, str]:

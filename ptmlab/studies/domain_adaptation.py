@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import build_config, opt
+from ptmlab.core.config import at_least, build_config, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.distill.domains import FOLDS_HELP, check_folds, seed_folds
 from ptmlab.studies import STUDIES
@@ -106,9 +106,7 @@ class DomainAdaptationArgs(StudyArgs):
             raise PtmlabError("--domains is empty: name at least one domain (e.g. airline)")
         check_seeds(self.seeds)
         check_folds(self.folds)
-        for name in ("mlm_steps", "mlm_batch_size"):
-            if getattr(self, name) < 1:
-                raise PtmlabError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        at_least(self, 1, "mlm_steps", "mlm_batch_size")
 
 
 @dataclass

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import (
@@ -107,8 +107,7 @@ class TicketSharingArgs(StudyArgs):
             raise PtmlabError(f"--ratio {self.ratio} must be in (0, 1): 0 keeps the whole model (no ticket), 1 "
                               f"keeps nothing; e.g. 0.3")
         IMPORTANCE.get(self.importance)
-        if self.importance_examples < 1:
-            raise PtmlabError(f"--importance-examples must be >= 1, got {self.importance_examples}")
+        at_least(self, 1, "importance_examples")
 
 
 SMALL = {**SMALL_FINETUNE, "tasks": ["tweets", "mrpc", "rte"], "small_tasks": ["mrpc", "rte"], "seeds": ["0"],

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptmlab.core.config import Validated, opt
+from ptmlab.core.config import Validated, at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.data.labels import KIND_CHOICES
 from ptmlab.data.tasks import TASK_KINDS
@@ -58,10 +58,7 @@ class DataArgs(Validated):
     def validate_data(self) -> None:
         if self.max_length < 8 or self.max_length > 8192:
             raise PtmlabError(f"--max-length {self.max_length} is out of range: use 8..8192 (models take <=512)")
-        for name in ("max_train", "max_eval"):
-            v = getattr(self, name)
-            if v is not None and v < 0:
-                raise PtmlabError(f"--{name.replace('_', '-')} must be >= 0, got {v}")
+        at_least(self, 0, "max_train", "max_eval")
 
 
 # ptmlab.longseq.strategies implements them (train may not import it)
@@ -185,9 +182,8 @@ class TrainArgs(Validated):
             raise PtmlabError(f"--lr must be positive, got {self.lr}")
         if not self.epochs > 0 and self.max_steps <= 0:
             raise PtmlabError(f"--epochs must be positive, got {self.epochs}")
-        for name in ("batch_size", "grad_accum", "eval_batch_size"):
-            if getattr(self, name) < 1:
-                raise PtmlabError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        at_least(self, 1, "batch_size", "grad_accum", "eval_batch_size", "adapter_size", "lora_r", "logging_steps")
+        at_least(self, 0, "max_steps", "unfreeze_every", "max_grad_norm", "eval_steps", "save_steps", "early_stopping")
         if self.batch_size % self.grad_accum:
             raise PtmlabError(f"--batch-size {self.batch_size} must be a multiple of --grad-accum {self.grad_accum}")
         if not 0 < self.llrd <= 1:
@@ -198,6 +194,11 @@ class TrainArgs(Validated):
             raise PtmlabError(f"--stlr-cut-frac must be in (0, 1), got {self.stlr_cut_frac}")
         if self.weight_decay < 0:
             raise PtmlabError(f"--weight-decay must be >= 0, got {self.weight_decay}")
+        if not self.lora_alpha > 0 or not 0 <= self.lora_dropout < 1:
+            raise PtmlabError(f"--lora-alpha must be positive and --lora-dropout in [0, 1), got {self.lora_alpha} and "
+                              f"{self.lora_dropout}")
+        if not self.stlr_ratio >= 1:
+            raise PtmlabError(f"--stlr-ratio (peak over lowest rate) must be >= 1, got {self.stlr_ratio}")
         SCHEDULES.get(self.schedule)
         resolve_device(self.device)  # an absent --device cuda/mps fails here, before the run directory is made
         for s in self.strategy.split("+"):

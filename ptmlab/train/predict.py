@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptmlab.core.config import Validated, opt
+from ptmlab.core.config import Validated, at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.data.loaders import Split, rows_to_split
 from ptmlab.data.tasks import TASKS, TaskSpec
@@ -126,8 +126,7 @@ class PredictConfig(Validated):
     overwrite: bool = opt(False, "replace predictions already in --output")
 
     def validate(self) -> None:
-        if self.batch_size < 1:
-            raise PtmlabError(f"--batch-size must be >= 1, got {self.batch_size}")
+        at_least(self, 1, "batch_size")
         if self.max_length is not None and not 8 <= self.max_length <= 8192:
             raise PtmlabError(f"--max-length {self.max_length} is out of range: use 8..8192")
         if self.format not in ("jsonl", "csv"):
