@@ -35,6 +35,7 @@ class CompressConfig(ModelArgs, DataArgs, TrainArgs, RecoveryArgs):
     latency_repeats: int = opt(5, "timed repeats per latency measurement (median reported)")
 
     def validate(self) -> None:
+        self.validate_model()
         self.validate_data()
         self.validate_train()
         self.validate_recovery()

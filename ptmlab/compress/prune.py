@@ -56,6 +56,7 @@ class PruneConfig(ModelArgs, DataArgs, TrainArgs, RecoveryArgs):
     iterations: int = opt(1, "prune in this many equal steps, each followed by recovery")
 
     def validate(self) -> None:
+        self.validate_model()
         self.validate_data()
         self.validate_recovery()
         for name in ("heads", "ffn", "params"):

@@ -22,6 +22,7 @@ class _ChangeArgs(ModelArgs, DataArgs, TrainArgs):
     recover_epochs: float = opt(1.0, "recovery fine-tuning epochs after the change (0: none)")
 
     def validate(self) -> None:
+        self.validate_model()
         self.validate_data()
         if self.recover_epochs < 0:
             raise PtmlabError(f"--recover-epochs must be >= 0, got {self.recover_epochs}")

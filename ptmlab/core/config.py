@@ -39,6 +39,15 @@ def at_least(cfg: Any, minimum: float, *names: str) -> None:
             raise PtmlabError(f"--{name.replace('_', '-')} must be >= {minimum}, got {value}")
 
 
+def positive(cfg: Any, *names: str) -> None:
+    """Raise a one-line error naming the flag when any of the options ``names`` of ``cfg`` (a learning rate, a number
+    of epochs) is not above 0."""
+    for name in names:
+        value = getattr(cfg, name)
+        if value is not None and not value > 0:
+            raise PtmlabError(f"--{name.replace('_', '-')} must be positive, got {value}")
+
+
 def _base_type(tp: Any) -> Any:
     """Strip Optional[...] / X | None to X."""
     origin = typing.get_origin(tp)

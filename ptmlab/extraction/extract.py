@@ -36,6 +36,7 @@ class ExtractConfig(ModelArgs, DataArgs, TrainArgs):
     def validate(self) -> None:
         from ptmlab.extraction.queries import QUERY_STRATEGIES
 
+        self.validate_model()
         self.validate_data()
         self.validate_train()
         QUERY_STRATEGIES.get(self.query_strategy)

@@ -57,7 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import (
     FULL_FINETUNE,
@@ -133,6 +133,10 @@ class AblationStudyArgs(StudyArgs):
     seed: int = opt(0, "seed")
     output: str = opt("runs/study-ablation", "output directory")
     overwrite: bool = opt(False, "rerun a fine-tuning that already finished")
+
+    def validate(self) -> None:
+        super().validate()
+        at_least(self, 0, "tolerance")
 
 
 def fine_tuned_model(a, out: Path, seed: int | None = None, seeds: list[int] | None = None) -> str:

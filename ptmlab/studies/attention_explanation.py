@@ -42,7 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt
+from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.ablation import fine_tuned_model
 from ptmlab.studies.common import SMALL_FINETUNE, StudyArgs, parse_study_args, seed_dir, seed_list, write_study
@@ -97,6 +98,13 @@ class ExplanationStudyArgs(StudyArgs):
     seed: int = opt(0, "seed")
     output: str = opt("runs/study-attention-explanation", "output directory")
     overwrite: bool = opt(False, "rerun a fine-tuning that already finished")
+
+    def validate(self) -> None:
+        super().validate()
+        at_least(self, 1, "permutations")
+        at_least(self, 0, "adv_steps")
+        if not 0 < self.epsilon < 1:
+            raise PtmlabError(f"--epsilon must be in (0, 1) (an output total variation distance), got {self.epsilon}")
 
 
 SMALL = {**SMALL_FINETUNE, "max_eval": 12, "permutations": 3, "adv_steps": 10}  # what --budget small runs (tests, CI)

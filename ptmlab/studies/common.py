@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import Validated, add_config_args, build_config, load_yaml, opt
+from ptmlab.core.config import Validated, add_config_args, at_least, build_config, load_yaml, opt
 from ptmlab.core.io import atomic_write_json
 from ptmlab.report.html import Report
 from ptmlab.report.table import print_table
@@ -40,6 +40,11 @@ class StudyBase(Validated):
     ray_cpus_per_run: int = opt(0, "with --executor ray: cores (and torch threads) per run (0: this machine's "
                                    "cores divided by --ray-workers)")
 
+    def __post_init__(self) -> None:  # every study's options, whatever its own validate() checks
+        at_least(self, 1, "ray_workers")
+        at_least(self, 0, "ray_cpus_per_run")
+        super().__post_init__()
+
 
 @dataclass(frozen=True)
 class StudyArgs(TrainArgs, DataArgs, ModelArgs, StudyBase):
@@ -57,6 +62,7 @@ class StudyArgs(TrainArgs, DataArgs, ModelArgs, StudyBase):
     test: bool = opt(False, "also evaluate fine-tuned variants on the test split")
 
     def validate(self) -> None:
+        self.validate_model()
         self.validate_data()
         self.validate_train()
 

@@ -60,7 +60,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import FULL_FINETUNE, SMALL_FINETUNE, command_config, parse_study_args, write_study
@@ -106,6 +106,7 @@ class CompressionStudyArgs(CompressStudyArgs):
             raise PtmlabError(f"--methods is empty: choose from {', '.join(METHODS)}")
         if not 0 < self.keep < 1:
             raise PtmlabError(f"--keep {self.keep} is out of range: give a fraction in (0, 1)")
+        at_least(self, 0, "tolerance")
 
 
 def layer_params(model) -> int:

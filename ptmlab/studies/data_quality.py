@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptmlab.core.config import build_config, opt
+from ptmlab.core.config import at_least, build_config, opt, positive
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.io import atomic_write_text
 from ptmlab.studies import STUDIES
@@ -98,6 +98,10 @@ class DataQualityArgs(StudyArgs):
             raise PtmlabError(f"--docs {self.docs} / --valid-docs {self.valid_docs} are too few: use >= 10 and >= 2")
         if not 0 < self.noise_fraction < 1:
             raise PtmlabError(f"--noise-fraction must be in (0, 1), got {self.noise_fraction}")
+        at_least(self, 1, "pt_layers", "pt_hidden", "pt_batch_size")
+        at_least(self, 8, "block_size")
+        at_least(self, 0, "eval_blocks")
+        positive(self, "pt_lr")
 
 
 # ------------------------------------------------------------------------------------------------ the rule

@@ -55,7 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt, positive
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import FULL_FINETUNE, SMALL_FINETUNE, StudyArgs, parse_study_args, write_study
 from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, decide_above
@@ -139,6 +139,11 @@ class DistillationStudyArgs(StudyArgs):
     seed: int = opt(0, "seed")
     output: str = opt("runs/study-distillation", "output directory")
     overwrite: bool = opt(False, "rerun methods that already finished")
+
+    def validate(self) -> None:
+        super().validate()
+        at_least(self, 0, "teacher_max_train", "general_examples")
+        positive(self, "teacher_epochs", "narrow_lr")
 
 
 def _teacher(a: DistillationStudyArgs, out: Path) -> str:

@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import at_least, build_config, opt
+from ptmlab.core.config import at_least, build_config, opt, positive
 from ptmlab.core.errors import PtmlabError
 from ptmlab.distill.domains import FOLDS_HELP, check_folds, seed_folds
 from ptmlab.studies import STUDIES
@@ -107,6 +107,9 @@ class DomainAdaptationArgs(StudyArgs):
         check_seeds(self.seeds)
         check_folds(self.folds)
         at_least(self, 1, "mlm_steps", "mlm_batch_size")
+        at_least(self, 8, "block_size")
+        at_least(self, 0, "eval_blocks", "mlm_max_docs")
+        positive(self, "mlm_lr")
 
 
 @dataclass

@@ -51,7 +51,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import StudyArgs, command_config, finetune_variant, parse_study_args, write_study
@@ -109,6 +109,10 @@ class ExtractionStudyArgs(StudyArgs):
     lr: float = opt(1e-4, "copy learning rate")
     seed: int = opt(0, "seed")
     output: str = opt("runs/study-extraction", "output directory")
+
+    def validate(self) -> None:
+        super().validate()
+        at_least(self, 0, "false_alarm_texts")
 
 
 SMALL = dict(model="tiny", victim_model="tiny", max_train=64, max_eval=32, max_length=32, epochs=1.0, batch_size=16,

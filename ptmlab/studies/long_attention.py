@@ -68,7 +68,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import StudyArgs, command_config, parse_study_args, write_study
@@ -164,6 +164,9 @@ class LongAttentionArgs(StudyArgs):
         if len(self.lr_list) > 1 and self.choice_docs < 2:
             raise PtmlabError(f"--choice-docs {self.choice_docs}: choosing among --lrs needs at least 2 held-out "
                               f"training documents")
+        at_least(self, 1, "window", "long_stride", "reps", "synthetic_words")
+        at_least(self, 8, "short_length")
+        at_least(self, 0, "choice_docs", "eager_max_gb")
         if self.short_length > self.max_length:
             raise PtmlabError(f"--short-length {self.short_length} exceeds --max-length {self.max_length}: the "
                               f"truncated input must be the shorter one")

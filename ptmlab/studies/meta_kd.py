@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt, positive
 from ptmlab.core.errors import PtmlabError
 from ptmlab.distill.domains import FOLDS_HELP, check_folds
 from ptmlab.studies import STUDIES
@@ -108,6 +108,10 @@ class MetaKDStudyArgs(StudyBase):
         except ValueError:
             raise PtmlabError(f"--seeds must be integers, got {self.seeds}") from None
         check_folds(self.folds)
+        at_least(self, 1, "max_per_domain", "batch_size", "eval_batch_size")
+        at_least(self, 8, "max_length")
+        at_least(self, 0, "teacher_epochs")
+        positive(self, "epochs", "lr", "teacher_lr")
 
 
 def tfidf_accuracy(train_text: list[str], train_y: list[int], test_text: list[str], test_y: list[int]) -> float:

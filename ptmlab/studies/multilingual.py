@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt, positive
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import StudyBase, parse_study_args, write_study
@@ -95,6 +95,12 @@ class MultilingualStudyArgs(StudyBase):
     max_length: int = opt(64, "max tokens")
     sts_examples: int | None = opt(None, "STS-B dev pairs for the English check (empty: all)")
     output: str = opt("runs/study-multilingual", "output directory")
+
+    def validate(self) -> None:
+        at_least(self, 1, "batch_size")
+        at_least(self, 8, "max_length")
+        at_least(self, 0, "max_pairs", "eval_pairs", "sts_examples")
+        positive(self, "epochs", "lr")
 
 
 def _retrieval(model: str, a: MultilingualStudyArgs) -> list[dict]:

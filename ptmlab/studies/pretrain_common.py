@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import build_config, opt
+from ptmlab.core.config import at_least, build_config, opt, positive
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies.common import StudyArgs, finetune_run
 from ptmlab.studies.verdict import INCONCLUSIVE, NOT_SUPPORTED, Verdict, decide_above, paired_seeds, same_within_seeds
@@ -62,8 +62,10 @@ class PretrainStudyArgs(StudyArgs):
         check_seeds(self.seeds)
         if not self.max_flops > 0:
             raise PtmlabError(f"--max-flops must be positive, got {self.max_flops}")
-        if self.pretrain_batch_size < 1 or not self.pretrain_lr > 0:
-            raise PtmlabError("--pretrain-batch-size must be >= 1 and --pretrain-lr positive")
+        at_least(self, 1, "pretrain_batch_size")
+        at_least(self, 8, "block_size")
+        at_least(self, 0, "eval_blocks", "layers", "hidden", "heads", "ffn")  # 0: from --size
+        positive(self, "pretrain_lr")
 
 
 # ------------------------------------------------------------------------------------------------ inputs

@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import build_config, opt
+from ptmlab.core.config import at_least, build_config, opt, positive
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import StudyBase, parse_study_args, write_study
@@ -90,6 +90,14 @@ class ScalingStudyArgs(StudyBase):
     workers: int = opt(1, "worker processes (wall-clock numbers then share the CPUs)")
     loss_tolerance: float = opt(0.02, "Q8 tie tolerance in nats")
     margin: float = opt(0.1, "Q19 margin")
+
+    def validate(self) -> None:
+        at_least(self, 1, "vocab_size", "batch_size", "evals", "workers")
+        at_least(self, 8, "block_size")
+        at_least(self, 0, "eval_blocks", "loss_tolerance")
+        positive(self, "lr")
+        if not 0 <= self.margin < 1:
+            raise PtmlabError(f"--margin must be in [0, 1), got {self.margin}")
 
 
 def default_text() -> list[str]:

@@ -67,7 +67,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import FULL_FINETUNE, SMALL_FINETUNE, StudyArgs, parse_study_args, write_study
@@ -139,6 +139,12 @@ class StaticContextualArgs(StudyArgs):
     probe_c: float = opt(0.0, "inverse L2 strength of the logistic-regression head (0: chosen by 3-fold "
                               "cross-validation on the training subset, separately for each system)")
     output: str = opt("runs/study-static-contextual", "output directory")
+
+    def validate(self) -> None:
+        super().validate()
+        at_least(self, 0, "probe_folds", "probe_c")
+        if self.probe_folds == 1:
+            raise PtmlabError("--probe-folds 1 leaves no fold to train on: give 0 (no cross-fitting) or 2 or more")
 
 
 SMALL = {**SMALL_FINETUNE, "tasks": ["tweets"], "seeds": ["0"]}  # what --budget small runs (tests, CI)

@@ -46,7 +46,7 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import StudyBase, parse_study_args, write_study
@@ -107,6 +107,10 @@ class TokenizersArgs(StudyBase):
     max_eval: int = opt(0, "held-out sentences per language (0: all)")
     split_punct: bool = opt(False, "split punctuation off words when counting")
     output: str = opt("runs/study-tokenizers", "output directory")
+
+    def validate(self) -> None:
+        at_least(self, 1, "vocab_size")
+        at_least(self, 0, "max_lines", "max_eval")
 
 
 def _by_lang(pairs: list[str], flag: str) -> dict[str, list[str]]:

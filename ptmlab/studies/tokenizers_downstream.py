@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt, positive
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import parse_study_args, write_study
@@ -100,8 +100,8 @@ class TokenizersDownstreamArgs(PretrainStudyArgs):
             TYPES.get(t)
         if not {CLAIMED, RIVAL} <= set(self.types):
             raise PtmlabError(f"--types must include {CLAIMED} and {RIVAL} (the claim compares them)")
-        if not self.pretrain_epochs > 0:
-            raise PtmlabError(f"--pretrain-epochs must be positive, got {self.pretrain_epochs}")
+        positive(self, "pretrain_epochs")
+        at_least(self, 1, "vocab_size")
 
 
 def train_tokenizers(a: TokenizersDownstreamArgs, out: Path) -> dict[str, Path]:

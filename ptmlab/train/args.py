@@ -22,6 +22,10 @@ class ModelArgs(Validated):
     dropout: float | None = opt(None, "override the model's dropout probabilities (0 disables dropout)")
     random_init: bool = opt(False, "same architecture with fresh random weights instead of the pretrained ones")
 
+    def validate_model(self) -> None:
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise PtmlabError(f"--dropout must be in [0, 1), got {self.dropout}")
+
 
 @dataclass(frozen=True)
 class DataArgs(Validated):
@@ -58,7 +62,7 @@ class DataArgs(Validated):
     def validate_data(self) -> None:
         if self.max_length < 8 or self.max_length > 8192:
             raise PtmlabError(f"--max-length {self.max_length} is out of range: use 8..8192 (models take <=512)")
-        at_least(self, 0, "max_train", "max_eval")
+        at_least(self, 0, "max_train", "max_eval", "doc_stride")
 
 
 # ptmlab.longseq.strategies implements them (train may not import it)
@@ -236,6 +240,7 @@ class FinetuneConfig(TrainArgs, LongArgs, MultiTaskArgs, DataArgs, ModelArgs):  
 
     def validate(self) -> None:
         self.validate_tasks()
+        self.validate_model()
         self.validate_data()
         self.validate_long()
         self.validate_train()
