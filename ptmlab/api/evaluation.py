@@ -6,7 +6,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.train.args import DataArgs, LongArgs
 
@@ -24,6 +24,7 @@ class EvaluateConfig(LongArgs, DataArgs):
     def validate(self) -> None:
         self.validate_data()
         self.validate_long()
+        at_least(self, 1, "eval_batch_size")
 
 
 # what evaluating a run reads from the run's own config.yaml unless given: its data and the --max-eval subset

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import Validated, add_config_args, opt, resolve_config
+from ptmlab.core.config import Validated, add_config_args, at_least, opt, positive, resolve_config
 from ptmlab.core.errors import PtmlabError
 from ptmlab.data.tasks import GLUE_TASKS, TASKS
 
@@ -40,6 +40,10 @@ class GlueConfig(Validated):
             if t not in GLUE_TASKS:
                 TASKS.get(t)
                 raise PtmlabError(f"'{t}' is not a GLUE task: choose from {', '.join(GLUE_TASKS)}")
+        at_least(self, 0, "max_train", "max_eval")
+        at_least(self, 1, "batch_size")
+        at_least(self, 8, "max_length")
+        positive(self, "epochs", "lr")
 
 
 def register(sub) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from ptmlab.core.config import Validated, add_config_args, opt, resolve_config
+from ptmlab.core.config import Validated, add_config_args, at_least, opt, resolve_config
 from ptmlab.core.errors import PtmlabError
 
 
@@ -24,6 +24,7 @@ class RetrievalConfig(Validated):
             raise PtmlabError(f"pairs must list source and target files two by two; got {self.pairs}")
         if self.batch_size < 1 or not 8 <= self.max_length <= 8192:
             raise PtmlabError("--batch-size must be >= 1 and --max-length in 8..8192")
+        at_least(self, 0, "max_pairs")
 
 
 def register(sub) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ptmlab.compress.importance import IMPORTANCE
 from ptmlab.compress.prune import RecoveryArgs
-from ptmlab.core.config import config_to_dict, opt
+from ptmlab.core.config import at_least, config_to_dict, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.registry import Registry
 from ptmlab.train.args import DataArgs, ModelArgs, TrainArgs
@@ -51,8 +51,7 @@ class CompressConfig(ModelArgs, DataArgs, TrainArgs, RecoveryArgs):
             if name in ("lowrank", "share") and later:
                 raise PtmlabError(f"step '{later[0]}' cannot follow '{name}': prune heads, FFN, layers and weights "
                                   f"before low-rank factorisation or weight sharing")
-        if self.recover_epochs < 0:
-            raise PtmlabError(f"--recover-epochs must be >= 0, got {self.recover_epochs}")
+        at_least(self, 1, "importance_examples", "latency_repeats")
         names = [n for n, _ in parsed]
         if self.distill_alpha and "vocab" in names and any(n in RECOVERED_STEPS for n in names[:names.index("vocab")]):
             raise PtmlabError("step 'vocab' must come before every recovered step with --distill-alpha: the teacher "

@@ -35,6 +35,7 @@ class RecoveryArgs:
     distill_temperature: float = opt(2.0, "recovery: soft_ce temperature (the KL term is scaled by T^2)")
 
     def validate_recovery(self) -> None:
+        at_least(self, 0, "recover_epochs")
         if not 0 <= self.distill_alpha <= 1:
             raise PtmlabError(f"--distill-alpha {self.distill_alpha} is out of range: give a weight in [0, 1]")
         if not self.distill_temperature > 0:
@@ -63,7 +64,6 @@ class PruneConfig(ModelArgs, DataArgs, TrainArgs, RecoveryArgs):
             check_fraction(name, getattr(self, name))
         IMPORTANCE.get(self.importance)
         at_least(self, 1, "iterations", "importance_examples")
-        at_least(self, 0, "recover_epochs")
         for layer in self.layers:
             if not str(layer).isdigit():
                 raise PtmlabError(f"--layers entry '{layer}' is not a layer number: give numbers like 0,5")

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from ptmlab.core.config import config_to_dict, opt
+from ptmlab.core.config import at_least, config_to_dict, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.io import atomic_save_file
 from ptmlab.train.args import DataArgs
@@ -208,6 +208,7 @@ class QuantizeConfig(DataArgs):
         for b in self.bits:
             if b not in ("2", "3", "4", "8"):
                 raise PtmlabError(f"--bits entry '{b}' is not supported: use 8, 4, 3 or 2")
+        at_least(self, 1, "eval_batch_size", "latency_repeats")
 
 
 QUANT_METHODS = ("torch-int8", "onnx-int8", "kbit")

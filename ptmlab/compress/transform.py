@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ptmlab.core.config import opt
+from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.report.model_card import write_model_card
 from ptmlab.train.args import DataArgs, ModelArgs, TrainArgs
@@ -24,8 +24,7 @@ class _ChangeArgs(ModelArgs, DataArgs, TrainArgs):
     def validate(self) -> None:
         self.validate_model()
         self.validate_data()
-        if self.recover_epochs < 0:
-            raise PtmlabError(f"--recover-epochs must be >= 0, got {self.recover_epochs}")
+        at_least(self, 0, "recover_epochs")
         if self.recover_epochs > 0:
             self.validate_train()
 

@@ -57,3 +57,4 @@ class DistillConfig(DistillArgs, MultiTaskArgs, DataArgs, TrainArgs):
         if not 0 < self.augment_prob <= 1:
             raise PtmlabError(f"--augment-prob must be in (0, 1], got {self.augment_prob}")
         at_least(self, 1, "teacher_batch_size")
+        at_least(self, 0, "general_epochs")

@@ -88,8 +88,10 @@ class MetaDistillConfig(MetaKDArgs, TrainArgs):
             raise PtmlabError("--temperature and --teacher-lr must be positive")
         if not 8 <= self.max_length <= 8192:
             raise PtmlabError(f"--max-length {self.max_length} is out of range: use 8..512")
-        at_least(self, 1, "max_per_domain")
+        at_least(self, 1, "max_per_domain", "teacher_batch_size")
         check_folds(self.folds)
+        if self.fold and not self.folds:
+            raise PtmlabError(f"--fold {self.fold} applies with --folds K (K >= 2): pass --folds or drop --fold")
         if self.folds and not 0 <= self.fold < self.folds:
             raise PtmlabError(f"--fold {self.fold} is not one of the {self.folds} folds (0..{self.folds - 1})")
 

@@ -61,6 +61,7 @@ class ExportConfig(Validated):
             raise PtmlabError("--keep-fp32 applies to --int8-mode dynamic only (weights mode runs every product in "
                               "fp32 already): drop one of them")
         at_least(self, 0, "parity_examples")
+        at_least(self, 8, "max_length")
 
 
 def check_source(name: str) -> str:

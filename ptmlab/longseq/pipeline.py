@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.core.config import Validated, opt
+from ptmlab.core.config import Validated, at_least, opt
 from ptmlab.core.errors import PtmlabError
 
 
@@ -23,6 +23,7 @@ class LongifyConfig(Validated):
             raise PtmlabError("longify needs --output DIR: where to write the long model")
         if self.max_length < 1:
             raise PtmlabError(f"--max-length {self.max_length} must be a positive number of tokens, e.g. 4096")
+        at_least(self, 1, "window")
         for p in self.global_tokens:
             if not str(p).lstrip("-").isdigit():
                 raise PtmlabError(f"--global {p!r} is not a token position: pass integers like 0 or 0,1")

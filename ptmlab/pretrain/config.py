@@ -63,6 +63,13 @@ class PretrainConfig(TrainArgs, PretrainArgs):
         if self.block_size < 8:
             raise PtmlabError(f"--block-size must be at least 8, got {self.block_size}")
         at_least(self, 0, "layers", "hidden", "heads", "ffn", "max_tokens", "eval_blocks", "max_flops")
+        at_least(self, 1, "mean_span")
+        for name in ("mask_prob", "noise_density"):  # also checked where each objective is built (the Python API)
+            value = getattr(self, name)
+            if value is not None and not 0 < value < 1:
+                raise PtmlabError(f"--{name.replace('_', '-')} must be in (0, 1), got {value}")
+        if self.generator_fraction is not None and not 0 < self.generator_fraction <= 1:
+            raise PtmlabError(f"--generator-fraction must be in (0, 1], got {self.generator_fraction}")
         if self.model and (self.arch or self.layers or self.hidden or self.heads or self.ffn):
             raise PtmlabError("--model continues an existing model: drop --arch/--layers/--hidden/--heads/--ffn, "
                               "or drop --model to build a new one")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ptmlab.core.config import Validated, at_least, opt
+from ptmlab.core.config import Validated, at_least, opt, positive
 from ptmlab.core.errors import PtmlabError
 
 _SIZE = re.compile(r"^(\d+)x(\d+)(?:x(\d+))?$")
@@ -97,7 +97,12 @@ class ScaleConfig(Validated):
             if not s.lstrip("-").isdigit():
                 raise PtmlabError(f"seed '{s}' is not an integer: pass --seeds 0,1")
         at_least(self, 1, "head_dim", "ffn_mult", "batch_size", "evals", "workers")
+        at_least(self, 8, "block_size")
         at_least(self, 0, "eval_blocks")
+        positive(self, "lr")
+        if not 0 < self.valid_fraction < 1 or not 0 <= self.warmup < 1:
+            raise PtmlabError(f"--valid-fraction must be in (0, 1) and --warmup in [0, 1), got {self.valid_fraction} "
+                              f"and {self.warmup}")
         if not 0 <= self.margin < 1:
             raise PtmlabError(f"--margin must be in [0, 1), got {self.margin}")
         if self.loss_tolerance < 0:
