@@ -174,6 +174,27 @@ def test_centred_token_vectors_have_zero_sentence_mean_and_saved_gaussians_remem
     assert centred.scores(LayerGaussians.load(tmp_path / "g.safetensors"), sents).shape == (3, plain.num_layers)
 
 
+
+def test_scores_many_encodes_once_and_matches_one_fit_at_a_time():
+    from dataclasses import replace
+
+    sents = ["the cat sat on the mat .", "a dog barks", "colourless green ideas sleep furiously tonight"]
+    centred = Encoder.load("tiny")
+    plain = replace(centred, center=False)  # the same weights
+    fits = [(centred.fit(sents * 30, "diag"), True), (plain.fit(sents * 30, "diag"), False),
+            (centred.fit(sents[:2] * 40, "diag"), True)]
+    calls = []
+    forward = centred.model.forward
+    centred.model.forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
+    many = centred.scores_many(fits, sents)
+    assert len(calls) == 1  # one batch, one forward pass for the three fits
+    for got, (g, center) in zip(many, fits, strict=True):
+        assert np.allclose(got, replace(centred, center=center).scores(g, sents))
+    assert not np.allclose(many[0], many[1])  # centring changes the scores
+    with pytest.raises(PtmlabError, match="fit on centred token vectors: pass --center"):
+        centred.scores_many([(fits[0][0], False)], sents)  # Gaussians fit on centred vectors, scored plain
+
+
 @needs_blimp
 def test_anomaly_study_runs_plain_and_centred(tmp_path):
     blimp = tmp_path / "blimp"

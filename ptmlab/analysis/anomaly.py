@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -112,10 +112,17 @@ class Encoder:
     def num_layers(self) -> int:
         return self.model.config.num_hidden_layers + 1
 
-    @torch.no_grad()
     def batches(self, sentences: list[str], desc: str = "encode") -> Iterator[tuple[list[int], torch.Tensor,
                                                                                       torch.Tensor]]:
         """(indices, hidden states [layers, B, T, D], kept-token mask [B, T]) in length-sorted batches."""
+        for idx, views, keep in self.views(sentences, desc, (self.center,)):
+            yield idx, views[self.center], keep
+
+    @torch.no_grad()
+    def views(self, sentences: list[str], desc: str, centers: tuple[bool, ...]
+              ) -> Iterator[tuple[list[int], dict[bool, torch.Tensor], torch.Tensor]]:
+        """``batches`` with the hidden states by centring: centred on each sentence's kept tokens under ``True``, as
+        they come under ``False`` (those of ``centers``), from one forward pass."""
         order = sorted(range(len(sentences)), key=lambda i: -len(sentences[i]))
         for s in progress(range(0, len(order), self.batch_size), desc=desc):
             idx = order[s:s + self.batch_size]
@@ -127,11 +134,13 @@ class Encoder:
                                                                           "token_type_ids")},
                              output_hidden_states=True)
             hidden = torch.stack(out.hidden_states).float()
-            if self.center:
+            views = {}
+            if True in centers:
                 k = keep.unsqueeze(0).unsqueeze(-1).to(hidden.dtype)  # [1, B, T, 1]
-                mean = (hidden * k).sum(2, keepdim=True) / k.sum(2, keepdim=True).clamp(min=1)
-                hidden = hidden - mean
-            yield idx, hidden, keep
+                views[True] = hidden - (hidden * k).sum(2, keepdim=True) / k.sum(2, keepdim=True).clamp(min=1)
+            if False in centers:
+                views[False] = hidden
+            yield idx, views, keep
 
     def fit(self, sentences: list[str], covariance: str = "full", meta: dict | None = None) -> LayerGaussians:
         """A Gaussian per layer on the kept token vectors of ``sentences``."""
@@ -145,12 +154,19 @@ class Encoder:
 
     def scores(self, g: LayerGaussians, sentences: list[str]) -> np.ndarray:
         """Summed token log-likelihood of each sentence at each layer: [N, layers]."""
-        self.check(g)
-        out = np.zeros((len(sentences), self.num_layers))
-        for idx, hidden, keep in self.batches(sentences, "score"):
-            for layer in range(self.num_layers):
-                ll = g.log_likelihood(layer, hidden[layer]) * keep
-                out[idx, layer] = ll.sum(-1).numpy()
+        return self.scores_many([(g, self.center)], sentences)[0]
+
+    def scores_many(self, fits: list[tuple[LayerGaussians, bool]], sentences: list[str]) -> list[np.ndarray]:
+        """``scores`` under each of ``fits`` (Gaussians, and whether they were fit on centred token vectors): the
+        sentences are encoded once for all of them (several reference samples, centred and plain alike)."""
+        for g, center in fits:
+            replace(self, center=center).check(g)
+        out = [np.zeros((len(sentences), self.num_layers)) for _ in fits]
+        for idx, views, keep in self.views(sentences, "score", tuple({c for _, c in fits})):
+            for scores, (g, center) in zip(out, fits, strict=True):
+                for layer in range(self.num_layers):
+                    ll = g.log_likelihood(layer, views[center][layer]) * keep
+                    scores[idx, layer] = ll.sum(-1).numpy()
         return out
 
     def token_surprisal(self, g: LayerGaussians, sentence: str) -> tuple[list[str], np.ndarray]:

@@ -160,25 +160,36 @@ def decide(morph: np.ndarray | None, sem: np.ndarray | None, commonsense: np.nda
     return combine([part1, part2])
 
 
-def _correct(a: AnomalyStudyArgs, center: bool, pairs, sets, seeds: list[int]) -> tuple[np.ndarray, dict]:
-    """Per-pair BLiMP correctness [pairs, layers] and per-set, per-variant psycholinguistic correctness, averaged
-    over the reference samples of ``seeds``."""
+def _correct(a: AnomalyStudyArgs, pairs, sets, seeds: list[int]) -> dict[str, tuple[np.ndarray, dict]]:
+    """Per variant of ``a.variants``: per-pair BLiMP correctness [pairs, layers] and per-set, per-column
+    psycholinguistic correctness, averaged over the reference samples of ``seeds``. Every sentence is encoded once:
+    the Gaussians of every variant and seed score it from the same forward pass."""
+    from dataclasses import replace
+
     from ptmlab.analysis.anomaly import Encoder
     from ptmlab.analysis.runs import fit_or_load
 
-    enc = Encoder.load(a.model, include_special=a.include_special, center=center, batch_size=a.batch_size)
-    blimp, psy = [], []
-    for seed in seeds:
-        g, _ = fit_or_load(enc, _FitArgs(a.reference, a.max_sentences, seed, a.covariance), a.model)
-        good, bad = enc.scores(g, [p.good for p in pairs]), enc.scores(g, [p.bad for p in pairs])
-        blimp.append((good > bad).astype(float))
-        per_set = {}
-        for name, (header, rows) in sets.items():
-            scores = [enc.scores(g, [r[c] for r in rows]) for c in range(len(header))]
-            for c in range(1, len(header)):
-                per_set[(name, header[c])] = (scores[0] > scores[c]).astype(float)  # the variant is more surprising
-        psy.append(per_set)
-    return np.mean(blimp, 0), {k: np.mean([p[k] for p in psy], 0) for k in psy[0]}
+    enc = Encoder.load(a.model, include_special=a.include_special, batch_size=a.batch_size)
+    keys = [(v, seed) for v in a.variants for seed in seeds]
+    fits = []
+    for v, seed in keys:
+        variant = replace(enc, center=VARIANTS[v])  # the same weights, this variant's token vectors
+        fits.append((fit_or_load(variant, _FitArgs(a.reference, a.max_sentences, seed, a.covariance), a.model)[0],
+                     VARIANTS[v]))
+    good = enc.scores_many(fits, [p.good for p in pairs])
+    bad = enc.scores_many(fits, [p.bad for p in pairs])
+    psy = [{} for _ in keys]
+    for name, (header, rows) in sets.items():
+        columns = [enc.scores_many(fits, [r[c] for r in rows]) for c in range(len(header))]
+        for k in range(len(keys)):
+            for c in range(1, len(header)):  # the correct sentence (column 0) less surprising than the variant
+                psy[k][(name, header[c])] = (columns[0][k] > columns[c][k]).astype(float)
+    out = {}
+    for v in a.variants:
+        ks = [k for k, (var, _) in enumerate(keys) if var == v]
+        out[v] = (np.mean([(good[k] > bad[k]).astype(float) for k in ks], 0),
+                  {col: np.mean([psy[k][col] for k in ks], 0) for col in psy[ks[0]]})
+    return out
 
 
 @dataclass(frozen=True)
@@ -211,7 +222,7 @@ def run(argv: list[str]) -> int:
     if not dev.any() or not held.any():
         raise PtmlabError(f"BLiMP folder '{a.blimp}' holds fewer than two phenomena: the study chooses on one half of "
                           f"the phenomena and reports on the other")
-    results = {v: _correct(a, VARIANTS[v], pairs, sets, seeds) for v in a.variants}
+    results = _correct(a, pairs, sets, seeds)
     choose = {v: float(c[dev].mean(0).max()) for v, (c, _) in results.items()}
     chosen = max(choose, key=lambda v: (choose[v], v == "centred"))
     correct, psy = results[chosen]
