@@ -135,6 +135,13 @@ def load_tokenizer(name: str):
         raise PtmlabError(f"cannot load a tokenizer from '{name}': {e}") from None
 
 
+def check_dropout(dropout: float | None) -> None:
+    """``--dropout``: None (the model's own) or a probability in [0, 1); checked when options are read and again
+    where a model is loaded with it (the Python API)."""
+    if dropout is not None and not 0 <= dropout < 1:
+        raise PtmlabError(f"--dropout must be in [0, 1), got {dropout}")
+
+
 def load_model(name: str, num_labels: int | None = None, regression: bool = False,
                label_names: list[str] | None = None, attn_implementation: str | None = None,
                task_head: bool | str = True, dropout: float | None = None, random_init: bool = False):
@@ -162,8 +169,7 @@ def load_model(name: str, num_labels: int | None = None, regression: bool = Fals
             kwargs["id2label"] = dict(enumerate(label_names))
             kwargs["label2id"] = {n: i for i, n in enumerate(label_names)}
     if dropout is not None:
-        if not 0 <= dropout < 1:
-            raise PtmlabError(f"--dropout must be in [0, 1), got {dropout}")
+        check_dropout(dropout)
         kwargs.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, classifier_dropout=dropout)
     if random_init or (entry is not None and entry.random_config is not None):
         from ptmlab.models.loader import _model_class

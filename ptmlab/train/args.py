@@ -23,8 +23,9 @@ class ModelArgs(Validated):
     random_init: bool = opt(False, "same architecture with fresh random weights instead of the pretrained ones")
 
     def validate_model(self) -> None:
-        if self.dropout is not None and not 0 <= self.dropout < 1:
-            raise PtmlabError(f"--dropout must be in [0, 1), got {self.dropout}")
+        from ptmlab.models.zoo import check_dropout
+
+        check_dropout(self.dropout)
 
 
 @dataclass(frozen=True)
