@@ -87,3 +87,24 @@ def test_learning_rate_is_chosen_on_training_documents_never_reported(tmp_path):
     for v in ("truncate", "chunk", "window"):  # every reported run at the chosen rate, on the dev split
         run = yaml.safe_load((out / f"{v}-seed0" / "config.yaml").read_text())
         assert run["lr"] == ch["chosen"] and run["dev_file"].endswith("dev.csv")
+
+
+def test_the_deciding_budget_chooses_its_rate_on_training_documents_and_takes_more_steps():
+    """--budget full, the budget docs/studies.md names to decide Q11: the learning rate is chosen among several on
+    held-out training documents (never fixed by hand on dev), and the optimizer takes several times the default's
+    steps over the same 300 passages and epochs."""
+    import math
+
+    from ptmlab.studies.common import parse_study_args
+    from ptmlab.studies.long_attention import FULL, SMALL, LongAttentionArgs
+
+    full = parse_study_args("long-attention", LongAttentionArgs, ["--budget", "full"], small=SMALL, full=FULL)
+    default = parse_study_args("long-attention", LongAttentionArgs, [], small=SMALL, full=FULL)
+    assert len(full.lr_list) >= 2 and full.choice_docs >= 50 and len(full.seed_list) >= 3
+    assert full.max_train is None and full.epochs == default.epochs  # every training passage, the same epochs
+    steps = {a.budget: math.ceil(300 / a.batch_size) * a.epochs for a in (full, default)}
+    assert steps["full"] >= 3 * steps["default"], steps
+    assert full.dropout == 0.0  # every variant alike (a flag overrides a preset, as below)
+    again = parse_study_args("long-attention", LongAttentionArgs, ["--budget", "full", "--lrs", "1e-4"],
+                             small=SMALL, full=FULL)
+    assert again.lr_list == [1e-4] and again.batch_size == 4

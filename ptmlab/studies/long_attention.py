@@ -55,7 +55,15 @@ segments in order, a memory of two segments), reported beside the rule, which it
 
 ``--budget small`` runs the tiny random model on a synthetic long task (``ptmlab.longseq.synthetic``: class keywords
 scattered over 240 filler words) at 64-256 tokens with one seed in about a minute: it checks the machinery, not
-the claims (one seed is inconclusive by construction). ``--budget full`` runs 3 seeds and 3 passes per cost cell.
+the claims (one seed is inconclusive by construction). The default budget runs 2 seeds at a batch of 16 documents
+(38 optimizer steps over 2 epochs of the 300 training passages) at --lr. ``--budget full`` is the budget sized to
+decide Q11 on 2 CPU cores, fixed before its run: 3 seeds, 3 passes per cost cell, all 300 training passages for 2
+epochs at a batch of 4 documents (150 optimizer steps for the same compute: the committed 25-step run left
+truncation near the majority class), dropout 0 in every variant alike (with attention dropout PyTorch's CPU
+attention leaves its fused kernel: window training about 2x slower), and the learning rate chosen among 5e-5, 1e-4
+and 2e-4 on 50 training passages held out of the choosing runs (``choose_lr``). Estimated from the committed run's
+training speeds (truncate 1.9, window 0.33, chunk 0.26 documents per second at 9 chunks, 15 here): about 100
+minutes per seed and some 5.5 hours in all on 2 CPU cores; under an hour on one GPU (not measured).
 
 It runs in this process under either ``--executor``: its table reports each variant's training speed, which
 runs sharing a machine would distort.
@@ -104,7 +112,7 @@ COST_HIDDEN = 384  # the MiniLM-shaped cost model (ptmlab.longseq.cost.MINILM_SH
 SMALL = dict(model="tiny", task="synthetic-long", max_train=32, max_eval=32, max_length=512, short_length=64,
              window=64, long_stride=32, epochs=1.0, batch_size=16, eval_batch_size=64, lengths=["64", "128", "256"],
              reps=1, synthetic_words=240, seeds=["0"], lrs=["5e-5", "1e-3"], choice_docs=16)
-FULL = dict(seeds=["0", "1", "2"], reps=3)
+FULL = dict(seeds=["0", "1", "2"], reps=3, batch_size=4, dropout=0.0, lrs=["5e-5", "1e-4", "2e-4"], choice_docs=50)
 
 
 @dataclass(frozen=True)
