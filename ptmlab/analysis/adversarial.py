@@ -27,14 +27,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ptmlab.analysis.attention import require_attentions
+from ptmlab.analysis.attention import LastLayerAttentionEdit, require_attentions
 from ptmlab.analysis.runs import ANALYSES
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.progress import progress
 from ptmlab.data.batching import collate
 from ptmlab.data.encode import Encoded
 from ptmlab.models.loader import model_inputs
-from ptmlab.models.structure import structure_of
 
 JSD_THRESHOLD = 0.5  # nats; max is ln 2
 EPS = 1e-12
@@ -70,32 +69,17 @@ class AdversarialResult:
         return float((self.jsd >= threshold).mean()) if len(self.jsd) else math.nan
 
 
-class LastLayerCLSRow:
+class LastLayerCLSRow(LastLayerAttentionEdit):
     """Context manager: the last layer's [CLS] attention row (every head) is ``self.weights`` [B, heads, T] when
     set, and its context vector is recomputed from it; the other rows are the model's own. Records the model's own
     row in ``self.own`` (eager attention only: the module must return its weights)."""
 
     def __init__(self, model):
-        s = structure_of(model)
-        last = s.num_layers(model) - 1
-        self.attn = s.part(model, last, "self_attention")
-        self.value = s.part(model, last, "value")
-        self.heads = model.config.num_attention_heads
+        super().__init__(model)
         self.weights: torch.Tensor | None = None
         self.own: torch.Tensor | None = None
-        self._v = None
-        self._h: list = []
 
-    def __enter__(self):
-        self._h.append(self.value.register_forward_hook(lambda m, i, o: setattr(self, "_v", o)))
-        self._h.append(self.attn.register_forward_hook(self._replace))
-        return self
-
-    def __exit__(self, *exc):
-        for h in self._h:
-            h.remove()
-
-    def _replace(self, module, inputs, output):
+    def edit(self, output: tuple) -> tuple:
         ctx, weights = output[0], output[1]
         if weights is None:
             raise PtmlabError("the last layer returned no attention weights: load the model with "
@@ -103,8 +87,8 @@ class LastLayerCLSRow:
         self.own = weights[:, :, 0, :].detach()
         if self.weights is None:
             return output
-        b, t, width = self._v.shape
-        v = self._v.view(b, t, self.heads, width // self.heads).transpose(1, 2)  # [B, H, T, d]
+        v = self.values()  # [B, H, T, d]
+        b, width = v.shape[0], ctx.shape[-1]
         row = (self.weights.unsqueeze(2).to(v.dtype) @ v).squeeze(2).reshape(b, 1, width)  # [B, 1, H*d]
         new = torch.cat([row.to(ctx.dtype), ctx[:, 1:]], dim=1)
         full = weights.clone()

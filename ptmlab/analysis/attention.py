@@ -21,6 +21,7 @@ from ptmlab.core.progress import progress
 from ptmlab.data.batching import collate, eval_batches
 from ptmlab.data.encode import Encoded
 from ptmlab.models.loader import model_inputs
+from ptmlab.models.structure import structure_of
 
 PATTERNS = ("vertical", "diagonal", "vertical+diagonal", "block", "heterogeneous")
 
@@ -31,6 +32,41 @@ def require_attentions(model) -> None:
     if impl not in (None, "eager"):
         raise PtmlabError(f"the model uses attn_implementation='{impl}', which returns no attention weights: load it "
                           f"with load_model(name, attn_implementation='eager')")
+
+
+
+class LastLayerAttentionEdit:
+    """Context manager: the last layer's self-attention output rewritten from its attention weights.
+
+    Hooks the last layer's value projection (keeping its output) and its self-attention module, whose output a
+    subclass's ``edit(output)`` replaces; ``values()`` gives the kept values as ``[B, heads, T, head size]``. Eager
+    attention only: the module must return its weights (``output[1]``)."""
+
+    def __init__(self, model):
+        s = structure_of(model)
+        last = s.num_layers(model) - 1
+        self.attn = s.part(model, last, "self_attention")
+        self.value = s.part(model, last, "value")
+        self.heads = model.config.num_attention_heads
+        self._v = None
+        self._h: list = []
+
+    def __enter__(self):
+        self._h.append(self.value.register_forward_hook(lambda m, i, o: setattr(self, "_v", o)))
+        self._h.append(self.attn.register_forward_hook(lambda m, i, o: self.edit(o)))
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._h:
+            h.remove()
+        self._h.clear()
+
+    def values(self) -> torch.Tensor:
+        b, t, width = self._v.shape
+        return self._v.view(b, t, self.heads, width // self.heads).transpose(1, 2)
+
+    def edit(self, output: tuple) -> tuple:
+        raise NotImplementedError
 
 
 @torch.no_grad()

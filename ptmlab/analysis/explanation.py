@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from scipy.stats import kendalltau as _scipy_kendalltau
 
-from ptmlab.analysis.attention import attentions, require_attentions, special_mask
+from ptmlab.analysis.attention import LastLayerAttentionEdit, attentions, require_attentions, special_mask
 from ptmlab.core.progress import progress
 from ptmlab.data.batching import collate
 from ptmlab.data.encode import Encoded
@@ -84,35 +84,19 @@ def leave_one_out(model, ids: list[int], token_type: list[int] | None, positions
     return tvd(out, probs.expand_as(out))
 
 
-class PermutedLastLayer:
+class PermutedLastLayer(LastLayerAttentionEdit):
     """Context manager: the last layer's attention rows use keys permuted by ``perm`` (eager attention only)."""
 
     def __init__(self, model, perm: torch.Tensor):
-        s = structure_of(model)
-        last = s.num_layers(model) - 1
-        self.attn = s.part(model, last, "self_attention")
-        self.value = s.part(model, last, "value")
-        self.heads = model.config.num_attention_heads
+        super().__init__(model)
         self.perm = perm
-        self._h: list = []
-        self._v = None
 
-    def __enter__(self):
-        self._h.append(self.value.register_forward_hook(lambda m, i, o: setattr(self, "_v", o)))
-        self._h.append(self.attn.register_forward_hook(self._replace))
-        return self
-
-    def __exit__(self, *exc):
-        for h in self._h:
-            h.remove()
-
-    def _replace(self, module, inputs, output):
-        weights = output[1]
-        b, t, width = self._v.shape
-        v = self._v.view(b, t, self.heads, width // self.heads).transpose(1, 2)  # [B, H, T, d]
+    def edit(self, output: tuple) -> tuple:
+        weights, v = output[1], self.values()  # v: [B, H, T, d]
+        b, _, t, _ = v.shape
         permuted = weights.clone()
         permuted[..., : len(self.perm)] = weights[..., self.perm]
-        ctx = (permuted @ v).transpose(1, 2).reshape(b, t, width)
+        ctx = (permuted @ v).transpose(1, 2).reshape(b, t, -1)
         return (ctx.to(output[0].dtype), permuted, *output[2:])
 
 

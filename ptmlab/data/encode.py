@@ -18,13 +18,8 @@ def cache_dir() -> Path:
     return home / "tokens"
 
 
-@dataclass
-class Encoded:
-    """Variable-length token ids of one split, plus labels; ``lengths[i]`` is example i's length."""
-
-    input_ids: list[list[int]]
-    token_type_ids: list[list[int]] | None
-    labels: list | None
+class TokenRows:
+    """``len`` and ``lengths`` of a batch source holding one row of token ids per example in ``input_ids``."""
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -32,6 +27,15 @@ class Encoded:
     @property
     def lengths(self) -> list[int]:
         return [len(x) for x in self.input_ids]
+
+
+@dataclass
+class Encoded(TokenRows):
+    """Variable-length token ids of one split, plus labels; ``lengths[i]`` is example i's length."""
+
+    input_ids: list[list[int]]
+    token_type_ids: list[list[int]] | None
+    labels: list | None
 
 
 def _tokenizer_fingerprint(tokenizer) -> str:

@@ -25,6 +25,7 @@ import torch
 
 from ptmlab.core.errors import PtmlabError
 from ptmlab.data.batching import pad_rows, padded_ids
+from ptmlab.data.encode import TokenRows
 from ptmlab.data.shared import shared_subdir
 
 
@@ -188,7 +189,7 @@ def _is_squad_doc(path: Path) -> bool:
 
 # ----------------------------------------------------------------------------------------------------- features
 @dataclass
-class QAFeatures:
+class QAFeatures(TokenRows):
     """Windows of (question, context) for the model, with the map back to examples and characters.
 
     ``offsets[f][t]`` is the (start, end) characters of token t in its example's context, None outside the
@@ -202,13 +203,6 @@ class QAFeatures:
     end_positions: list[int] | None = None
     pad_id: int = 0
     split: QASplit | None = None  # the examples (contexts, gold answers) the windows came from
-
-    def __len__(self) -> int:
-        return len(self.input_ids)
-
-    @property
-    def lengths(self) -> list[int]:
-        return [len(x) for x in self.input_ids]
 
     def make_batch(self, indices: list[int], epoch: int = 0) -> dict:
         ids, mask = padded_ids([self.input_ids[i] for i in indices], self.pad_id)

@@ -23,6 +23,7 @@ import torch
 
 from ptmlab.core.errors import PtmlabError
 from ptmlab.data.batching import pad_rows, padded_ids
+from ptmlab.data.encode import TokenRows
 from ptmlab.data.shared import shared_subdir
 
 IGNORE = -100  # label of sub-tokens the loss skips (PyTorch's cross-entropy ignore_index)
@@ -300,7 +301,7 @@ def to_split(sentences: list[Sentence], labels: tuple[str, ...] | None, source: 
 
 # ----------------------------------------------------------------------------------------------- alignment
 @dataclass
-class TokenFeatures:
+class TokenFeatures(TokenRows):
     """Sub-token ids of each sentence, with per-sub-token labels (-100 where ignored) and each sub-token's word.
 
     A batch source for the training loop: ``lengths`` and ``make_batch(indices, epoch)``."""
@@ -311,13 +312,6 @@ class TokenFeatures:
     n_words: list[int]
     pad_id: int = 0
     word_labels: list[list[int]] | None = None  # the gold tag id of every word (scoring reads these)
-
-    def __len__(self) -> int:
-        return len(self.input_ids)
-
-    @property
-    def lengths(self) -> list[int]:
-        return [len(x) for x in self.input_ids]
 
     def make_batch(self, indices: list[int], epoch: int = 0) -> dict:
         ids, mask = padded_ids([self.input_ids[i] for i in indices], self.pad_id)
