@@ -47,6 +47,27 @@ def test_sequential_runs_in_the_order_given_and_returns_by_key(tmp_path):
     assert (tmp_path / "4-1" / "value.txt").read_text() == "14"
 
 
+
+def test_sequential_says_which_run_of_how_many_is_starting(tmp_path, monkeypatch, capsys):
+    runs = [Run(_write, tmp_path / name, (tmp_path / name, v)) for name, v in (("a", 1), ("b", 2), ("c", 3))]
+    monkeypatch.setenv("PTMLAB_PROGRESS", "1")
+    assert Sequential().map(runs) == [1, 4, 9]
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(" (")[0] for line in err[:3]] == [f"grid [{i}/3] {tmp_path / n}" for i, n in
+                                                         enumerate("abc", 1)]
+    assert err[0].endswith("(0s so far)") and err[3].startswith("grid: 3 runs in ")
+    monkeypatch.setenv("PTMLAB_PROGRESS", "0")  # quiet, as under tests and on ranks other than 0
+    assert Sequential().map(runs) == [1, 4, 9] and capsys.readouterr().err == ""
+    monkeypatch.setenv("PTMLAB_PROGRESS", "1")
+    assert Sequential().map(runs[:1]) == [1] and capsys.readouterr().err == ""  # one run: its own bar says it all
+
+
+def test_clock_reads_as_a_person_would():
+    from ptmlab.core.progress import clock
+
+    assert [clock(s) for s in (0.4, 7, 65, 725, 3600, 3780.6, 90061)] == \
+        ["0s", "7s", "1m 05s", "12m 05s", "1h 00m", "1h 03m", "25h 01m"]
+
 def test_two_runs_into_one_directory_are_refused(tmp_path):
     runs = [Run(_write, tmp_path / "a", (tmp_path / "a", 1)), Run(_write, tmp_path / "b/../a", (tmp_path / "a", 2))]
     with pytest.raises(PtmlabError, match="each run needs its own directory"):

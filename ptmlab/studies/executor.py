@@ -58,8 +58,25 @@ class Sequential:
     name = "sequential"
 
     def map(self, runs: Sequence[Run]) -> list:
+        """Each run in turn; with more than one, a line on stderr as each starts (which of how many, how long the
+        grid has taken so far: a reused finished run takes about no time), so that a study of hours shows where it
+        is between its runs' own progress bars."""
+        import sys
+        import time
+
+        from ptmlab.core.progress import clock, quiet
+
         _check_distinct(runs)
-        return [r() for r in runs]
+        say = len(runs) > 1 and not quiet()
+        start, results = time.monotonic(), []
+        for i, r in enumerate(runs):
+            if say:
+                print(f"grid [{i + 1}/{len(runs)}] {r.run_dir} ({clock(time.monotonic() - start)} so far)",
+                      file=sys.stderr, flush=True)
+            results.append(r())
+        if say:
+            print(f"grid: {len(runs)} runs in {clock(time.monotonic() - start)}", file=sys.stderr, flush=True)
+        return results
 
 
 def _in_worker(cwd: str, env: dict[str, str], threads: int, run: Run) -> Any:
