@@ -35,7 +35,8 @@ def run_all(argv: list[str]) -> int:
                   "studies whose results.json exists are skipped (resumed) unless --overwrite.")
     p.add_argument("--budget", default="default", choices=BUDGETS,
                    help="small: minutes per study on the tiny model (tests, CI); default: each study's own sizes; "
-                        "full: the real experiment (several seeds, full dev sets)")
+                        "full: the real experiment (several seeds, full dev sets); gpu: sized to decide each claim on "
+                        "one GPU (full where full decides it on 2 CPU cores)")
     p.add_argument("--output", default="runs/studies", help="directory for the studies' results")
     p.add_argument("--only", type=_names, default=None, help="comma-separated studies to run (default: all)")
     p.add_argument("--overwrite", action="store_true", help="rerun studies that already finished")
@@ -104,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         print("studies:")
         for name in studies:
             print(f"  {name:24} {studies.help(name)}")
-        print("\n  all                      run every study: ptmlab study all --budget small|default|full --output D"
+        print("\n  all                      run every study: ptmlab study all --budget small|default|full|gpu "
+              "--output D"
               "\n  dashboard                one page of every claim and verdict: ptmlab study dashboard --output D"
               "\n  collect                  copy results to commit: ptmlab study collect --from D --to studies/results")
         return 0

@@ -28,3 +28,36 @@ def shared_subdir(rel: str, probe: str, env: str | None = None) -> Path | None:
         if (c / probe).is_file():
             return c
     return None
+
+
+# what ``--corpus`` names for the pre-training studies: the WikiText-2 validation and test text, or that and the
+# Gutenberg books beside it (about three times the text: the budget sized for a GPU repeats it less)
+CORPORA = ("wikitext-2", "english")
+
+
+def more_text(corpus: str, folder: str | Path) -> list[str]:
+    """The text files ``corpus`` adds to WikiText-2: none for ``wikitext-2``; for ``english`` the 13 shared Gutenberg
+    books as one UTF-8 file written in ``folder`` once (two of the books are Latin-1, which the pre-training reader,
+    strict about a user's files, refuses). A one-line error when the books are not on this machine."""
+    from ptmlab.core.errors import PtmlabError
+    from ptmlab.core.io import atomic_write_text
+
+    if corpus not in CORPORA:
+        raise PtmlabError(f"--corpus '{corpus}' is not a corpus: choose {' or '.join(CORPORA)}")
+    if corpus == "wikitext-2":
+        return []
+    books = shared_subdir("text/gutenberg", "austen-emma.txt")
+    if books is None:
+        raise PtmlabError("--corpus english needs the shared Gutenberg books (../shared/data/text/gutenberg): pass "
+                          "--files with English text instead, or --corpus wikitext-2")
+    target = Path(folder) / "gutenberg-books.txt"
+    if not target.is_file():
+        texts = []
+        for path in sorted(books.glob("*.txt")):
+            raw = path.read_bytes()
+            try:
+                texts.append(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                texts.append(raw.decode("latin-1"))
+        atomic_write_text(target, "\n\n".join(t.strip() for t in texts) + "\n")
+    return [str(target)]

@@ -15,7 +15,7 @@ from ptmlab.report.html import Report
 from ptmlab.report.table import print_table
 from ptmlab.train.args import DataArgs, ModelArgs, TrainArgs
 
-BUDGETS = ("small", "default", "full")
+BUDGETS = ("small", "default", "full", "gpu")
 # what ``--budget small`` sets for a study that fine-tunes (each study adds its own knobs)
 SMALL_FINETUNE = dict(model="tiny", max_train=64, max_eval=32, max_length=32, epochs=1.0, batch_size=16,
                       eval_batch_size=64)
@@ -28,7 +28,9 @@ class StudyBase(Validated):
     """Options of every study: where it writes, whether finished parts are redone, and its budget."""
 
     budget: str = opt("default", "small: minutes on the tiny model and small subsets (tests, CI); default: the "
-                                 "study's own sizes; full: the real experiment", choices=list(BUDGETS))
+                                 "study's own sizes; full: the real experiment; gpu: sized to decide the claim on "
+                                 "one modern GPU in a few hours (full where full can decide it on 2 CPU cores)",
+                      choices=list(BUDGETS))
     output: str = opt("runs/study", "output directory")
     overwrite: bool = opt(False, "rerun variants that already finished")
     executor: str = opt("sequential", "how the study's independent runs are run: sequential (one after another, "
@@ -68,9 +70,10 @@ class StudyArgs(TrainArgs, DataArgs, ModelArgs, StudyBase):
 
 
 def parse_study_args(name: str, cls, argv: list[str], description: str = "", small: dict | None = None,
-                     full: dict | None = None):
-    """A study's options: defaults < ``small`` / ``full`` preset (with ``--budget small|full``) < ``--config`` YAML
-    < flags.
+                     full: dict | None = None, gpu: dict | None = None):
+    """A study's options: defaults < ``small`` / ``full`` / ``gpu`` preset (with ``--budget small|full|gpu``; a
+    study without a ``gpu`` preset, whose full budget can decide its claim on 2 CPU cores, takes ``full`` for it) <
+    ``--config`` YAML < flags.
 
     Every study config goes through ``build_config`` (validation included); an empty ``task`` is filled in."""
     import argparse
@@ -86,7 +89,7 @@ def parse_study_args(name: str, cls, argv: list[str], description: str = "", sma
     known = {f.name for f in dataclasses.fields(cls)}
     given.update({k: v for k, v in vars(args).items() if k in known})
     values = {}
-    preset = {"small": small, "full": full}.get(given.get("budget")) or {}
+    preset = {"small": small, "full": full, "gpu": full if gpu is None else gpu}.get(given.get("budget")) or {}
     values.update({k: v for k, v in preset.items() if k in known})
     values.update(given)
     if "task" in known and not values.get("task", _default(cls, "task")):  # a study's own default task stands
@@ -412,7 +415,7 @@ def default_task() -> str:
 # ------------------------------------------------------------------------------ validity conditions, shared
 def eval_size(record: dict, default: int | None = 500) -> int | None:
     """The ``--max-eval`` a record's run used: the flag in its command, else 0 (the whole dev set) for ``--budget
-    full``, else the study's ``default``."""
+    full`` and ``gpu``, else the study's ``default``."""
     import shlex
 
     run = record.get("run") or {}
@@ -422,7 +425,7 @@ def eval_size(record: dict, default: int | None = 500) -> int | None:
             return int(words[i + 1])
         if w.startswith("--max-eval="):
             return int(w.split("=", 1)[1])
-    return 0 if run.get("budget") == "full" else default
+    return 0 if run.get("budget") in ("full", "gpu") else default
 
 
 def above_trivial(record: dict, task: str, metric: str, systems: dict, max_eval: int | None = None) -> list:

@@ -28,7 +28,12 @@ FLOPs differ by more than 5% (then the comparison is not at equal compute). Ever
 every seed (the fine-tuned models cannot tell them apart) is inconclusive too.
 
 Budgets: ``--budget small`` runs 5 objectives on a 1-layer model, one seed, in minutes (inconclusive by
-construction); ``--budget full`` runs 3 seeds on the full dev sets.
+construction); ``--budget full`` runs 3 seeds on the full dev sets. At 2e13 FLOPs (about 240 masked-LM steps of 32
+blocks) every objective ends on the unigram plateau, so no budget that runs on 2 CPU cores can test the claim.
+``--budget gpu`` is sized to decide it on one GPU: the full budget at 5e14 FLOPs per objective and seed (about 6,000
+masked-LM steps, 14 passes over the shared English text: ``--corpus english``), bf16 where the device has it, every
+model fine-tuned on its tasks' whole training sets; about an hour on one H100 (estimated from step counts, not
+measured).
 Rough times per budget on 2 CPU cores and one GPU: docs/studies.md.
 """
 
@@ -43,6 +48,7 @@ from ptmlab.studies import STUDIES
 from ptmlab.studies.common import parse_study_args, write_study
 from ptmlab.studies.pretrain_common import (
     FULL_PRETRAIN,
+    GPU_PRETRAIN,
     SMALL_FINETUNE,
     PretrainStudyArgs,
     check_seeds,
@@ -84,6 +90,7 @@ SMALL = dict(objectives=["mlm", "wwm", "span", "electra", "clm"], size="tiny", l
              ffn=64, block_size=32, pretrain_batch_size=8, pretrain_lr=2e-3, max_flops=4.5e8, eval_blocks=16,
              **SMALL_FINETUNE)
 FULL = FULL_PRETRAIN
+GPU = dict(GPU_PRETRAIN, max_flops=5e14)
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,7 @@ def decide(scores: dict[str, list[float]], flop_gap: float) -> Verdict:
 @STUDIES.register("objectives", help="Q2/Q6: pre-training objectives at equal FLOPs (mlm wwm span electra clm t5 "
                                      "bart), fine-tuned; is ELECTRA best?")
 def run(argv: list[str]) -> int:
-    a = parse_study_args("objectives", ObjectivesArgs, argv, __doc__, small=SMALL, full=FULL)
+    a = parse_study_args("objectives", ObjectivesArgs, argv, __doc__, small=SMALL, full=FULL, gpu=GPU)
     out = Path(a.output)
     tasks = study_tasks(a)
     cells = {(seed, obj): (out / f"{obj}-seed{seed}", seed) for seed in check_seeds(a.seeds) for obj in a.objectives}

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ptmlab.core.config import at_least, build_config, opt, positive
 from ptmlab.core.errors import PtmlabError
+from ptmlab.data.shared import CORPORA
 from ptmlab.studies.common import StudyArgs, finetune_run
 from ptmlab.studies.verdict import INCONCLUSIVE, NOT_SUPPORTED, Verdict, decide_above, paired_seeds, same_within_seeds
 
@@ -26,14 +27,23 @@ SMALL_FINETUNE = dict(max_train=64, max_eval=64, max_length=32, batch_size=16, e
                       seeds=["0"])
 # with --budget full: three seeds and the whole dev sets
 FULL_PRETRAIN = dict(seeds=["0", "1", "2"], max_eval=None)
+# with --budget gpu, what every pre-training study's GPU budget shares (each adds its length of pre-training): the
+# full budget, on the shared English text (WikiText-2 and the Gutenberg books, 1.73M minilm tokens, so that the
+# thousands of steps it takes to leave the unigram plateau repeat the text less), in bf16 where the device has it,
+# every model fine-tuned on its tasks' whole training sets (fine-tuning is seconds on a GPU; the trivial predictor
+# is harder to beat with 2,000 rows)
+GPU_PRETRAIN = dict(FULL_PRETRAIN, corpus="english", precision="auto", max_train=None)
 
 
 @dataclass(frozen=True)
 class PretrainStudyArgs(StudyArgs):
     """Pre-training options of a study (models from scratch), then the fine-tuning options every variant shares."""
 
-    files: list[str] = opt([], "pre-training text: files or folders (default: ../shared/data/text/wikitext-2 "
+    files: list[str] = opt([], "pre-training text: files or folders (default: the shared text --corpus names "
                                "when present, else the built-in tweets' training text)")
+    corpus: str = opt("wikitext-2", "shared text to pre-train on without --files: wikitext-2 (its validation and "
+                                    "test text), or english (that and the 13 Gutenberg books, about 3 times the "
+                                    "text)", choices=list(CORPORA))
     tokenizer: str = opt("minilm", "tokenizer of the models pre-trained from scratch")
     size: str = opt("mini", "named size of the models pre-trained from scratch: tiny mini small base")
     layers: int = opt(0, "transformer layers (0: from --size)")
@@ -89,9 +99,10 @@ def check_seeds(values: list) -> list[int]:
 
 
 def shared_dir() -> Path:
-    """../shared/data from the working directory, else next to the repository."""
-    here = Path.cwd().parent / "shared" / "data"
-    return here if here.is_dir() else Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    """The shared data folder (``data.shared.shared_data_dir``), or where it would be when it is absent."""
+    from ptmlab.data.shared import shared_data_dir
+
+    return shared_data_dir() or Path.cwd().parent / "shared" / "data"
 
 
 def default_tasks() -> list[str]:
@@ -121,12 +132,17 @@ def tweets_text_file(out: Path, limit: int | None = None) -> Path:
 
 
 def corpus_files(a, out: Path) -> list[str]:
-    """--files, else WikiText-2 from the shared data, else the tweets' training text."""
+    """--files, else the shared text --corpus names (WikiText-2, with --corpus english the Gutenberg books too), else
+    the tweets' training text."""
+    from ptmlab.data.shared import more_text
+
     if a.files:
         return list(a.files)
     wiki = shared_dir() / "text" / "wikitext-2"
     if wiki.is_dir():
-        return [str(wiki)]
+        return [str(wiki), *more_text(a.corpus, out / "data")]
+    if a.corpus != "wikitext-2":
+        raise PtmlabError(f"--corpus {a.corpus} needs the shared text (../shared/data/text): pass --files instead")
     return [str(tweets_text_file(out))]
 
 

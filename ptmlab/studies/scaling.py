@@ -26,7 +26,13 @@ on the training text first, so tiny models spend their compute in the transforme
 
 Budgets: ``--budget small`` sweeps three tiny sizes over three small budgets with one seed (inconclusive by
 construction); the default grid (2x64, 4x128, 4x256 at 1e11-3e12 FLOPs, 256 held-out blocks, the WikiText-2
-validation and test text) runs two seeds, ``--budget full`` three (about 25 minutes on 2 cores). An earlier default
+validation and test text) runs two seeds, ``--budget full`` three (about 25 minutes on 2 cores); its two larger
+sizes end on the unigram plateau and the optimum lies below the sizes tried. ``--budget gpu`` is sized to decide
+the claim on one GPU: 4x128, 4x256, 6x384 and 8x512 at 1e13, 1e14 and 1e15 FLOPs, three seeds, blocks of 128 tokens,
+32 per step, rate 1e-3 (2e-3 risks the largest size diverging), on the shared English text (``--corpus english``,
+about 3 times WikiText-2's); 4.4e15 FLOPs and some 70,000 steps per seed (48,000 of them 4x128's at 1e15), about
+an hour on one H100 (estimated from step counts, not measured: the small sizes' short steps are bound by kernel
+launches). An earlier default
 (1x32-4x128 at 3e10-3e11) gave its larger models 5-59 steps: too few to say anything (docs/scaling.md).
 
 Its runs go through ``ptmlab scale`` and its own parallel workers (``--workers``), not the study executor.
@@ -41,6 +47,7 @@ from pathlib import Path
 
 from ptmlab.core.config import at_least, build_config, opt, positive
 from ptmlab.core.errors import PtmlabError
+from ptmlab.data.shared import CORPORA
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import StudyBase, parse_study_args, write_study
 from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Estimate, Verdict, combine
@@ -70,6 +77,9 @@ CLAIM = Claim(
 SMALL = dict(sizes=["1x16", "2x32", "2x64"], budgets=["1e9", "2.5e9", "6e9"], block_size=32, batch_size=16,
              eval_blocks=32, evals=16, vocab_size=2048, seeds=["0"])
 FULL = dict(seeds=["0", "1", "2"])
+# --budget gpu: the sizes and budgets past the plateau the CPU grid ends on (module docstring)
+GPU = dict(FULL, corpus="english", sizes=["4x128", "4x256", "6x384", "8x512"], budgets=["1e13", "1e14", "1e15"],
+           block_size=128, batch_size=32, lr=1e-3)
 
 
 @dataclass(frozen=True)
@@ -78,7 +88,10 @@ class ScalingStudyArgs(StudyBase):
     sizes: list[str] = opt(["2x64", "4x128", "4x256"], "model sizes LAYERSxHIDDEN[xHEADS]")
     budgets: list[str] = opt(["1e11", "3e11", "1e12", "3e12"], "training-FLOP budgets")
     seeds: list[str] = opt(["0", "1"], "seeds (each size x budget once per seed; one seed is inconclusive)")
-    files: list[str] = opt([], "training text (default: the shared WikiText-2 validation and test text)")
+    files: list[str] = opt([], "training text (default: the shared text --corpus names)")
+    corpus: str = opt("wikitext-2", "shared text without --files: wikitext-2 (its validation and test text), or "
+                                    "english (that and the 13 Gutenberg books, about 3 times the text)",
+                      choices=list(CORPORA))
     tokenizer: str = opt("", "tokenizer (default: a WordPiece of --vocab-size trained on the training text)")
     vocab_size: int = opt(4096, "vocabulary of the trained WordPiece tokenizer")
     objective: str = opt("mlm", "pre-training objective")
@@ -100,15 +113,17 @@ class ScalingStudyArgs(StudyBase):
             raise PtmlabError(f"--margin must be in [0, 1), got {self.margin}")
 
 
-def default_text() -> list[str]:
-    from ptmlab.tokenization.corpora import shared_data_dir
+def default_text(corpus: str = "wikitext-2", folder: Path | None = None) -> list[str]:
+    """The shared WikiText-2 validation and test files, and what ``corpus`` adds to them (``data.shared``, written
+    in ``folder``)."""
+    from ptmlab.data.shared import more_text, shared_data_dir
 
     root = shared_data_dir()
     paths = [root / "text" / "wikitext-2" / f"{part}.txt" for part in ("valid", "test")] if root else []
     if not paths or not all(p.is_file() for p in paths):
         raise PtmlabError("the shared text (../shared/data/text/wikitext-2/valid.txt and test.txt) is not on this "
                           "machine: pass --files with English text files")
-    return [str(p) for p in paths]
+    return [str(p) for p in paths] + more_text(corpus, folder or Path("."))
 
 
 def study_tokenizer(a: ScalingStudyArgs, files: list[str], out: Path) -> str:
@@ -151,9 +166,9 @@ def run(argv: list[str]) -> int:
     from ptmlab.scaling.report import COLUMNS
     from ptmlab.scaling.sweep import run_sweep
 
-    a = parse_study_args("scaling", ScalingStudyArgs, argv, __doc__, small=SMALL, full=FULL)
+    a = parse_study_args("scaling", ScalingStudyArgs, argv, __doc__, small=SMALL, full=FULL, gpu=GPU)
     out = Path(a.output)
-    files = a.files or default_text()
+    files = a.files or default_text(a.corpus, out / "data")
     values = {k: getattr(a, k) for k in ("sizes", "budgets", "seeds", "objective", "block_size", "batch_size", "lr",
                                          "evals", "eval_blocks", "workers", "loss_tolerance", "margin")}
     cfg = build_config(ScaleConfig, {**values, "files": files, "tokenizer": "minilm", "output": str(out / "sweep"),

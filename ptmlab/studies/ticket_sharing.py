@@ -28,7 +28,9 @@ applied to the *pretrained* model
 --tasks``) with the same budget as the full model. ``--budget small``: tiny model, tweets + small MRPC and RTE
 subsets, one seed (no interval: inconclusive); default: seeds 0,1,2; full: the ``multitask`` study's full budget
 (2,000 examples per task, 3 epochs, rate 1e-4, whole dev sets), so the two studies' single-task and full multi-task
-runs are the same runs.
+runs are the same runs; gpu: the ``multitask`` study's gpu budget (mpnet, every task's whole training set, rate
+2e-5), where the small tasks can leave their trivial predictors, plus the ticket runs: about an hour and a half on
+one H100 (estimated, not measured).
 
 It runs in this process under either ``--executor``: the shared ticket is built from every task's
 single-task run of the seed, and the multi-task ticket run starts from it.
@@ -56,6 +58,7 @@ from ptmlab.studies.common import (
     write_study,
 )
 from ptmlab.studies.multitask import FULL as MULTITASK_FULL
+from ptmlab.studies.multitask import GPU as MULTITASK_GPU
 from ptmlab.studies.multitask import SMALL_TASKS
 from ptmlab.studies.multitask import TASKS as MULTITASK_TASKS
 from ptmlab.studies.verdict import Claim, Verdict, combine, decide_above, paired_seeds
@@ -113,6 +116,7 @@ class TicketSharingArgs(StudyArgs):
 SMALL = {**SMALL_FINETUNE, "tasks": ["tweets", "mrpc", "rte"], "small_tasks": ["mrpc", "rte"], "seeds": ["0"],
          "importance_examples": 32}
 FULL = {**MULTITASK_FULL}  # the multitask study's full budget: its single-task and full multi-task runs are these
+GPU = {**MULTITASK_GPU}  # and its gpu budget, the same way
 
 
 def task_ticket(a: TicketSharingArgs, task: str, run_dir: Path, seed: int) -> dict:
@@ -155,7 +159,7 @@ def run(argv: list[str]) -> int:
     from ptmlab.report.plots import bar_plot
     from ptmlab.studies.multitask import tasks_with_data
 
-    a = parse_study_args("ticket-sharing", TicketSharingArgs, argv, __doc__, small=SMALL, full=FULL)
+    a = parse_study_args("ticket-sharing", TicketSharingArgs, argv, __doc__, small=SMALL, full=FULL, gpu=GPU)
     tasks, small = tasks_with_data(a, "ticket sharing")
     seeds = seed_list(a)
     out = Path(a.output)

@@ -29,7 +29,11 @@ or when Unigram and BPE have the same score on every seed (the fine-tuned models
 WordPiece is reported beside them.
 
 Budgets: ``--budget small`` runs 1-layer models at vocabulary 1,000, one seed (inconclusive by construction);
-``--budget full`` runs 3 seeds on the full dev set.
+``--budget full`` runs 3 seeds on the full dev set; its two passes over WikiText-2 (2-3e13 FLOPs, about 300 steps)
+end at 0.95-0.98 of the unigram cross-entropy. ``--budget gpu`` is sized to decide the claim on one GPU: the full
+budget with every tokenizer trained on, and every model pre-trained for 12 passes over, the shared English text
+(``--corpus english``: about 5,000-6,000 steps), bf16 where the device has it, fine-tuned on the whole SST-2
+training set; well under an hour on one H100 for the nine models (estimated from step counts, not measured).
 Rough times per budget on 2 CPU cores and one GPU: docs/studies.md.
 """
 
@@ -44,6 +48,7 @@ from ptmlab.studies import STUDIES
 from ptmlab.studies.common import parse_study_args, write_study
 from ptmlab.studies.pretrain_common import (
     FULL_PRETRAIN,
+    GPU_PRETRAIN,
     SMALL_FINETUNE,
     PretrainStudyArgs,
     check_seeds,
@@ -82,6 +87,7 @@ METRIC = "main metric"
 SMALL = dict(vocab_size=1000, size="tiny", layers=1, hidden=32, heads=2, ffn=64, block_size=32,
              pretrain_batch_size=8, pretrain_lr=2e-3, pretrain_epochs=0.02, eval_blocks=16, **SMALL_FINETUNE)
 FULL = FULL_PRETRAIN
+GPU = dict(GPU_PRETRAIN, pretrain_epochs=12.0)
 
 
 @dataclass(frozen=True)
@@ -142,7 +148,8 @@ def decide(scores: dict[str, list[float]]) -> Verdict:
 @STUDIES.register("tokenizers-downstream", help="Q5: BPE vs WordPiece vs Unigram, each pre-trained on the same "
                                                 "text and fine-tuned; does Unigram beat BPE downstream?")
 def run(argv: list[str]) -> int:
-    a = parse_study_args("tokenizers-downstream", TokenizersDownstreamArgs, argv, __doc__, small=SMALL, full=FULL)
+    a = parse_study_args("tokenizers-downstream", TokenizersDownstreamArgs, argv, __doc__, small=SMALL, full=FULL,
+                         gpu=GPU)
     out = Path(a.output)
     tasks = study_tasks(a)[:1]
     tokenizers = train_tokenizers(a, out)
