@@ -33,6 +33,8 @@ def shared_subdir(rel: str, probe: str, env: str | None = None) -> Path | None:
 # what ``--corpus`` names for the pre-training studies: the WikiText-2 validation and test text, or that and the
 # Gutenberg books beside it (about three times the text: the budget sized for a GPU repeats it less)
 CORPORA = ("wikitext-2", "english")
+CORPUS_HELP = ("shared text to pre-train on without --files: wikitext-2 (its validation and test text), or english "
+               "(that and the 13 Gutenberg books, about 3 times the text)")
 
 
 def more_text(corpus: str, folder: str | Path) -> list[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ptmlab.core.config import at_least, build_config, opt, positive
 from ptmlab.core.errors import PtmlabError
-from ptmlab.data.shared import CORPORA
+from ptmlab.data.shared import CORPORA, CORPUS_HELP
 from ptmlab.studies.common import StudyArgs, finetune_run
 from ptmlab.studies.verdict import INCONCLUSIVE, NOT_SUPPORTED, Verdict, decide_above, paired_seeds, same_within_seeds
 
@@ -41,9 +41,7 @@ class PretrainStudyArgs(StudyArgs):
 
     files: list[str] = opt([], "pre-training text: files or folders (default: the shared text --corpus names "
                                "when present, else the built-in tweets' training text)")
-    corpus: str = opt("wikitext-2", "shared text to pre-train on without --files: wikitext-2 (its validation and "
-                                    "test text), or english (that and the 13 Gutenberg books, about 3 times the "
-                                    "text)", choices=list(CORPORA))
+    corpus: str = opt("wikitext-2", CORPUS_HELP, choices=list(CORPORA))
     tokenizer: str = opt("minilm", "tokenizer of the models pre-trained from scratch")
     size: str = opt("mini", "named size of the models pre-trained from scratch: tiny mini small base")
     layers: int = opt(0, "transformer layers (0: from --size)")

@@ -32,8 +32,8 @@ the claim on one GPU: 4x128, 4x256, 6x384 and 8x512 at 1e13, 1e14 and 1e15 FLOPs
 32 per step, rate 1e-3 (2e-3 risks the largest size diverging), on the shared English text (``--corpus english``,
 about 3 times WikiText-2's); 4.4e15 FLOPs and some 70,000 steps per seed (48,000 of them 4x128's at 1e15), about
 an hour on one H100 (estimated from step counts, not measured: the small sizes' short steps are bound by kernel
-launches). An earlier default
-(1x32-4x128 at 3e10-3e11) gave its larger models 5-59 steps: too few to say anything (docs/scaling.md).
+launches). An earlier default (1x32-4x128 at 3e10-3e11) gave its larger models 5-59 steps: too few to say anything
+(docs/scaling.md).
 
 Its runs go through ``ptmlab scale`` and its own parallel workers (``--workers``), not the study executor.
 
@@ -47,7 +47,7 @@ from pathlib import Path
 
 from ptmlab.core.config import at_least, build_config, opt, positive
 from ptmlab.core.errors import PtmlabError
-from ptmlab.data.shared import CORPORA
+from ptmlab.data.shared import CORPORA, CORPUS_HELP
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import StudyBase, parse_study_args, write_study
 from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Estimate, Verdict, combine
@@ -89,9 +89,7 @@ class ScalingStudyArgs(StudyBase):
     budgets: list[str] = opt(["1e11", "3e11", "1e12", "3e12"], "training-FLOP budgets")
     seeds: list[str] = opt(["0", "1"], "seeds (each size x budget once per seed; one seed is inconclusive)")
     files: list[str] = opt([], "training text (default: the shared text --corpus names)")
-    corpus: str = opt("wikitext-2", "shared text without --files: wikitext-2 (its validation and test text), or "
-                                    "english (that and the 13 Gutenberg books, about 3 times the text)",
-                      choices=list(CORPORA))
+    corpus: str = opt("wikitext-2", CORPUS_HELP, choices=list(CORPORA))
     tokenizer: str = opt("", "tokenizer (default: a WordPiece of --vocab-size trained on the training text)")
     vocab_size: int = opt(4096, "vocabulary of the trained WordPiece tokenizer")
     objective: str = opt("mlm", "pre-training objective")
