@@ -7,6 +7,8 @@
 #      kernel) against sdpa and a plain FlexAttention baseline (benchmarks/long_attention.py)
 #   3. only with PRETRAIN=1 (already measured, BENCHMARKS.md): ptmlab's MLM pre-training engine on CUDA, tokens/s and
 #      share of the bf16 peak (benchmarks/gpu_pretrain.py)
+#   4. only with STUDY_STEPS=1: the step time the studies' `--budget gpu` estimates rest on (docs/studies.md): the
+#      same benchmark on the 4 x 256 masked LM they pre-train, 32 blocks of 128 tokens a step (about 20 s)
 # Everything they read travels in .gpu/ (`bash scripts/gpu_prepare.sh` builds it here; carry: [".gpu"]).
 # Example: run(command="bash scripts/gpu_checks.sh", carry=[".gpu"], timeout_s=590) with OUT set by the tool.
 # Results go to $OUT (or ./gpu-out), named BENCHMARK.MACHINE.json like benchmarks/results/.
@@ -38,4 +40,6 @@ timeout "${LONG_TIMEOUT:-170}" $PY benchmarks/long_attention.py --device cuda --
   --impls sdpa,window --lengths 1024,4096,16384 --out "$OUT/long_attention.$TAG.json" 2>&1 | tail -16
 [ "${PRETRAIN:-0}" = 1 ] && timeout "${PRETRAIN_TIMEOUT:-100}" $PY benchmarks/gpu_pretrain.py --files .gpu/data/wikitext-2 --tokenizer .gpu/tok \
   --size base --block-size 128 --batch-size 256 --max-steps "${STEPS:-60}" --json "$OUT/gpu_pretrain.$TAG.json" 2>&1 | tail -22
+[ "${STUDY_STEPS:-0}" = 1 ] && timeout 90 $PY benchmarks/gpu_pretrain.py --files .gpu/data/wikitext-2 --tokenizer .gpu/tok \
+  --size mini --block-size 128 --batch-size 32 --max-steps 300 --json "$OUT/gpu_pretrain_mini.$TAG.json" 2>&1 | tail -8
 ls "$OUT"
