@@ -34,7 +34,6 @@ def require_attentions(model) -> None:
                           f"with load_model(name, attn_implementation='eager')")
 
 
-
 class LastLayerAttentionEdit:
     """Context manager: the last layer's self-attention output rewritten from its attention weights.
 
