@@ -11,6 +11,7 @@ A head's type is its most frequent type over the examples; layer shares count ev
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +35,7 @@ def require_attentions(model) -> None:
                           f"with load_model(name, attn_implementation='eager')")
 
 
-class LastLayerAttentionEdit:
+class LastLayerAttentionEdit(ABC):
     """Context manager: the last layer's self-attention output rewritten from its attention weights.
 
     Hooks the last layer's value projection (keeping its output) and its self-attention module, whose output a
@@ -64,8 +65,9 @@ class LastLayerAttentionEdit:
         b, t, width = self._v.shape
         return self._v.view(b, t, self.heads, width // self.heads).transpose(1, 2)
 
+    @abstractmethod
     def edit(self, output: tuple) -> tuple:
-        raise NotImplementedError
+        """The self-attention module's new output, from its own ``output`` (context, weights, ...)."""
 
 
 @torch.no_grad()
