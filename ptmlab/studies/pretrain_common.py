@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ptmlab.core.config import at_least, build_config, opt, positive
 from ptmlab.core.errors import PtmlabError
-from ptmlab.data.shared import CORPORA, CORPUS_HELP
+from ptmlab.data.shared import CORPORA, CORPUS_HELP, more_text, shared_data_dir
 from ptmlab.studies.common import StudyArgs, finetune_run
 from ptmlab.studies.verdict import INCONCLUSIVE, NOT_SUPPORTED, Verdict, decide_above, paired_seeds, same_within_seeds
 
@@ -98,8 +98,6 @@ def check_seeds(values: list) -> list[int]:
 
 def shared_dir() -> Path:
     """The shared data folder (``data.shared.shared_data_dir``), or where it would be when it is absent."""
-    from ptmlab.data.shared import shared_data_dir
-
     return shared_data_dir() or Path.cwd().parent / "shared" / "data"
 
 
@@ -132,8 +130,6 @@ def tweets_text_file(out: Path, limit: int | None = None) -> Path:
 def corpus_files(a, out: Path) -> list[str]:
     """--files, else the shared text --corpus names (WikiText-2, with --corpus english the Gutenberg books too), else
     the tweets' training text."""
-    from ptmlab.data.shared import more_text
-
     if a.files:
         return list(a.files)
     wiki = shared_dir() / "text" / "wikitext-2"
