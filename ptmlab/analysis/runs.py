@@ -24,32 +24,29 @@ def _special_ids(tokenizer) -> set[int]:
     return set(tokenizer.all_special_ids)
 
 
-@ANALYSES.register("heads", help="every head removed / made uniform in turn")
-def heads(model_name: str, cfg, create_run) -> dict:
-    from ptmlab.analysis.ablation import head_ablation
+def _ablation(unit: str, model_name: str, cfg, create_run) -> dict:
+    """Every head (``unit="head"``) or layer removed / made uniform in turn, one table and report."""
+    from ptmlab.analysis.ablation import head_ablation, layer_ablation
     from ptmlab.analysis.reports import write_ablation
     from ptmlab.train.evaluate import resolve_precision
 
+    ablate = {"head": head_ablation, "layer": layer_ablation}[unit]
     inp = load_analysis_input(model_name, cfg)
     run = create_run()
     precision = resolve_precision(cfg.precision)
-    table = head_ablation(inp.model, inp.enc, inp.spec, inp.pad_id, cfg.batch_size, precision)
-    return write_ablation(run, table, "head", f"Head ablation: {model_name} on {inp.spec.name}",
+    table = ablate(inp.model, inp.enc, inp.spec, inp.pad_id, cfg.batch_size, precision)
+    return write_ablation(run, table, unit, f"{unit.capitalize()} ablation: {model_name} on {inp.spec.name}",
                           {"task": inp.spec.name, "examples": len(inp.enc), "precision": precision})
+
+
+@ANALYSES.register("heads", help="every head removed / made uniform in turn")
+def heads(model_name: str, cfg, create_run) -> dict:
+    return _ablation("head", model_name, cfg, create_run)
 
 
 @ANALYSES.register("layers", help="every layer removed / made uniform in turn")
 def layers(model_name: str, cfg, create_run) -> dict:
-    from ptmlab.analysis.ablation import layer_ablation
-    from ptmlab.analysis.reports import write_ablation
-    from ptmlab.train.evaluate import resolve_precision
-
-    inp = load_analysis_input(model_name, cfg)
-    run = create_run()
-    precision = resolve_precision(cfg.precision)
-    table = layer_ablation(inp.model, inp.enc, inp.spec, inp.pad_id, cfg.batch_size, precision)
-    return write_ablation(run, table, "layer", f"Layer ablation: {model_name} on {inp.spec.name}",
-                          {"task": inp.spec.name, "examples": len(inp.enc), "precision": precision})
+    return _ablation("layer", model_name, cfg, create_run)
 
 
 @ANALYSES.register("attention", help="attention maps, entropy and pattern types")
