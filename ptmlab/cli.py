@@ -59,7 +59,7 @@ COMMAND_HELP = {
     "models": "list zoo models (or install the optional mpnet)",
     "report": "write a report for one run or a comparison of several",
     "study": "run a study (a source claim as an experiment with a verdict); `study all`, `study dashboard`, "
-             "`study collect`",
+             "`study collect`, `study restore`",
     "demo": "fine-tune minilm on the built-in tweets task and write a report",
     "tokenizer": "train, evaluate and swap tokenizers",
     "analyze": "look inside a model: head/layer ablation, attention, anomaly detection",

@@ -21,7 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CLI_MD = ROOT / "docs" / "cli.md"
 MARKER = "<!-- Generated below by `python scripts/gen_cli_docs.py` from the parsers: edit above this line only. -->"
 WIDTH = 100
-STUDY_SUITE = ("all", "dashboard", "collect")
 
 
 def help_of(argv: list[str]) -> str:
@@ -65,12 +64,13 @@ def _walk(path: list[str], parser: argparse.ArgumentParser) -> list[list[str]]:
 def commands() -> list[list[str]]:
     """Every command line prefix that has a help of its own, in ``ptmlab --help``'s order."""
     from ptmlab.cli import build_parser
+    from ptmlab.commands.study import SUITE_COMMANDS
     from ptmlab.studies import load_all
 
     found: list[list[str]] = []
     for verb in _subcommands(build_parser([])):  # every registered verb, listed in COMMAND_HELP or not
         found += _walk([verb], _subcommands(build_parser([verb]))[verb])
-    found += [["study", name] for name in (*STUDY_SUITE, *load_all())]
+    found += [["study", name] for name in (*SUITE_COMMANDS, *load_all())]
     return found
 
 

@@ -15,7 +15,7 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.core.registry import Registry
 from ptmlab.studies import load_all
 from ptmlab.studies.common import write_study
-from ptmlab.studies.suite import collect, run_all, summary_rows
+from ptmlab.studies.suite import collect, pack_runs, restore_runs, run_all, summary_rows
 from ptmlab.studies.verdict import Claim, decide_above, paired_seeds
 from tests.conftest import assert_clean_error, run_cli
 
@@ -228,3 +228,42 @@ def test_studies_are_listed_in_one_order_whatever_was_imported_first():
     plain = subprocess.run([sys.executable, "-c", code.split("\n", 1)[1]], capture_output=True, text=True,
                            check=True).stdout.strip()
     assert first == plain and first.split(",")[0] == "unfreezing" and len(first.split(",")) > 20
+
+
+def test_finished_runs_move_to_another_machine_and_are_reused_there(tmp_path, capsys):
+    """``collect --runs`` packs a study's finished runs (records, no weights; an unfinished run is left out) and
+    ``restore`` puts them under another suite directory, where the study reuses them instead of training again;
+    a run already finished there is never overwritten."""
+    from ptmlab.studies.common import SMALL_FINETUNE, StudyArgs, dev_correct, finetune_variant, parse_study_args
+
+    a = parse_study_args("t", StudyArgs, ["--budget", "small", "--task", "tweets"], small=SMALL_FINETUNE)
+    one, two, packed = tmp_path / "one", tmp_path / "two", tmp_path / "partial"
+    first = finetune_variant(a, one / "s" / "grid" / "seed0", seed=0)
+    (one / "s" / "grid" / "seed1").mkdir()
+    (one / "s" / "grid" / "seed1" / "config.yaml").write_text("seed: 1\n")  # started, never finished
+    assert SUITE_COMMANDS["collect"](["--runs", "--from", str(one), "--to", str(packed), "--only", "s"]) == 0
+    assert "s (1 finished runs)" in capsys.readouterr().out
+    files = sorted(p.relative_to(packed).as_posix() for p in packed.rglob("*") if p.is_file())
+    assert files == [f"s/grid/seed0/{f}" for f in ("config.yaml", "metrics.jsonl", "predictions_dev.json",
+                                                   "summary.json")]
+    assert SUITE_COMMANDS["restore"](["--from", str(packed), "--to", str(two)]) == 0
+    assert "s: 1 finished runs restored" in capsys.readouterr().out
+    moved = two / "s" / "grid" / "seed0"
+    assert finetune_variant(a, moved, seed=0) == first
+    assert not (moved / "model.safetensors").exists()  # reused as finished, not trained again
+    assert dev_correct(moved) == dev_correct(one / "s" / "grid" / "seed0") and dev_correct(moved)
+    import dataclasses
+
+    with pytest.raises(PtmlabError, match="other settings"):  # a restored run still answers only to its settings
+        finetune_variant(dataclasses.replace(a, max_train=32), moved, seed=0)
+    (moved / "summary.json").write_text('{"kept": true}')
+    assert restore_runs(packed, two) == {"s": (0, 1)}
+    assert json.loads((moved / "summary.json").read_text()) == {"kept": True}
+    with pytest.raises(PtmlabError, match="needs --only"):
+        pack_runs(one, packed, [])
+    with pytest.raises(PtmlabError, match="no finished run under .*nothing to pack for none"):
+        pack_runs(one, packed, ["none"])
+    with pytest.raises(PtmlabError, match="no packed runs .* for x \\(packed: s\\)"):
+        restore_runs(packed, two, ["x"])
+    with pytest.raises(PtmlabError, match="is not a directory"):
+        restore_runs(tmp_path / "missing", two)

@@ -1,8 +1,9 @@
 """``ptmlab study NAME [options]``: run one of the source articles' claims as an experiment.
 
-Three names are not studies: ``ptmlab study all`` runs every registered study (resuming finished ones),
-``ptmlab study dashboard`` writes one HTML page with every claim and verdict, and ``ptmlab study collect`` copies
-the results worth committing into ``studies/results/``.
+Four names are not studies: ``ptmlab study all`` runs every registered study (resuming finished ones),
+``ptmlab study dashboard`` writes one HTML page with every claim and verdict, ``ptmlab study collect`` copies
+the results worth committing into ``studies/results/`` (with ``--runs``, an unfinished study's finished runs into
+``studies/partial/``), and ``ptmlab study restore`` puts packed runs back so that a study resumes on another machine.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from ptmlab.core.cli_parser import ArgParser
 
 def register(sub) -> None:
     p = sub.add_parser("study", help="run a study (a source claim as an experiment with a verdict); "
-                                     "`study all`, `study dashboard`, `study collect`", add_help=False)
+                                     "`study all`, `study dashboard`, `study collect`, `study restore`",
+                       add_help=False)
     p.add_argument("-h", "--help", dest="list_studies", action="store_true", help="list the studies")
     p.add_argument("name", nargs="?", help="study name; `ptmlab study` lists them")
     p.add_argument("rest", nargs=argparse.REMAINDER)
@@ -78,20 +80,50 @@ def run_dashboard(argv: list[str]) -> int:
 
 
 def run_collect(argv: list[str]) -> int:
-    from ptmlab.studies.suite import collect
+    from ptmlab.studies.suite import RUN_RECORDS, collect, pack_runs
 
     p = ArgParser(prog="ptmlab study collect", description="Copy each study's results.json and plots/*.png "
-                  "(not report.html) from a `ptmlab study all` directory into the committed results.")
-    p.add_argument("--from", dest="src", required=True, help="the --output of `ptmlab study all`")
-    p.add_argument("--to", dest="dst", default="studies/results", help="destination (default: studies/results)")
-    p.add_argument("--only", type=_names, default=None, help="comma-separated studies to copy (default: all found)")
+                  "(not report.html) from a `ptmlab study all` directory into the committed results; with --runs, "
+                  "the finished runs of a study that has not finished, to resume it on another machine.")
+    p.add_argument("--from", dest="src", required=True, help="the --output of `ptmlab study all` (or the parent "
+                                                             "of one study's --output)")
+    p.add_argument("--to", dest="dst", default=None, help="destination (default: studies/results; with --runs, "
+                                                          "studies/partial)")
+    p.add_argument("--only", type=_names, default=None, help="comma-separated studies to copy (default: all found; "
+                                                             "required with --runs)")
+    p.add_argument("--runs", action="store_true", help=f"copy each finished run's records ({', '.join(RUN_RECORDS)}"
+                   f"; no weights) instead of the results, for `ptmlab study restore` on the next machine")
     a = p.parse_args(argv)
-    names = collect(a.src, a.dst, a.only)
-    print(f"copied {len(names)} studies into {a.dst}: {', '.join(names)}")
+    if a.runs:
+        dst = a.dst or "studies/partial"
+        packed = pack_runs(a.src, dst, a.only)
+        print(f"packed {', '.join(f'{n} ({k} finished runs)' for n, k in packed.items())} into {dst}; on the next "
+              f"machine: ptmlab study restore --from {dst} --to {a.src}")
+        return 0
+    dst = a.dst or "studies/results"
+    names = collect(a.src, dst, a.only)
+    print(f"copied {len(names)} studies into {dst}: {', '.join(names)}")
     return 0
 
 
-SUITE_COMMANDS = {"all": run_all, "dashboard": run_dashboard, "collect": run_collect}
+def run_restore(argv: list[str]) -> int:
+    from ptmlab.studies.suite import restore_runs
+
+    p = ArgParser(prog="ptmlab study restore", description="Put the runs packed by `ptmlab study collect --runs` "
+                  "back under a suite directory, so that the study, run again with the same options and --output, "
+                  "reuses them as finished. Runs already finished there are left alone.")
+    p.add_argument("--from", dest="src", default="studies/partial", help="the packed runs (default: studies/partial)")
+    p.add_argument("--to", dest="dst", default="runs/studies", help="the suite directory: the parent of the "
+                                                                    "study's --output (default: runs/studies)")
+    p.add_argument("--only", type=_names, default=None, help="comma-separated studies (default: all packed)")
+    a = p.parse_args(argv)
+    for name, (restored, kept) in restore_runs(a.src, a.dst, a.only).items():
+        print(f"{name}: {restored} finished runs restored into {a.dst}/{name}"
+              + (f", {kept} already there left alone" if kept else ""))
+    return 0
+
+
+SUITE_COMMANDS = {"all": run_all, "dashboard": run_dashboard, "collect": run_collect, "restore": run_restore}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
         print("\n  all                      run every study: ptmlab study all --budget small|default|full|gpu "
               "--output D"
               "\n  dashboard                one page of every claim and verdict: ptmlab study dashboard --output D"
-              "\n  collect                  copy results to commit: ptmlab study collect --from D --to studies/results")
+              "\n  collect                  copy results to commit: ptmlab study collect --from D --to studies/results"
+              "\n  restore                  resume on another machine: ptmlab study restore --from studies/partial "
+              "--to D")
         return 0
     return int(studies.get(args.name)(args.rest) or 0)

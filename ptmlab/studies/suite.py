@@ -8,6 +8,12 @@ cost a night's results.
 
 ``collect`` copies what is worth committing (results.json and the PNGs under plots/, not the report.html with its
 inlined images) from a suite directory into ``studies/results/<study>/``.
+
+A study longer than one machine's lease (a preemptible instance, a shared box that is handed back) moves between
+machines as its finished runs: ``pack_runs`` copies each finished run's records (``RUN_RECORDS``: its summary,
+settings, dev predictions and metrics log, never its weights) into a committed folder, and ``restore_runs`` puts
+them back under the study's --output on the next machine, where the study reuses them as finished (a run is
+finished when its summary.json is there, and reused only with the same settings: ``common.finished_variant``).
 """
 
 from __future__ import annotations
@@ -162,6 +168,13 @@ def summary_rows(runs: list[StudyRun]) -> list[dict]:
 MAX_COMMITTED_BYTES = 1_000_000  # per file: committed results stay small (a PNG of a plot is ~50 kB)
 
 
+def _check_size(files: list[Path]) -> None:
+    big = [f for f in files if f.stat().st_size > MAX_COMMITTED_BYTES]
+    if big:
+        raise PtmlabError(f"'{big[0]}' is {big[0].stat().st_size:,} bytes, over the {MAX_COMMITTED_BYTES:,} "
+                          "bytes a committed result may take: make it smaller")
+
+
 def collect(src: Path, dst: Path, only: list[str] | None = None) -> list[str]:
     """Copy each study's results.json and plots/*.png from a suite directory ``src`` into ``dst/<study>/``
     (replacing what was there for that study); returns the studies copied. Nothing else is copied."""
@@ -179,13 +192,69 @@ def collect(src: Path, dst: Path, only: list[str] | None = None) -> list[str]:
         raise PtmlabError(f"no study results under '{src}' (expected {src}/<study>/results.json)")
     for name in wanted:
         files = [src / name / "results.json"] + sorted((src / name / "plots").glob("*.png"))
-        big = [f for f in files if f.stat().st_size > MAX_COMMITTED_BYTES]
-        if big:
-            raise PtmlabError(f"'{big[0]}' is {big[0].stat().st_size:,} bytes, over the {MAX_COMMITTED_BYTES:,} "
-                              "bytes a committed result may take: make the plot smaller")
+        _check_size(files)
         target = dst / name
         if target.exists():
             shutil.rmtree(target)
         for f in files:
             atomic_write_bytes(target / f.relative_to(src / name), f.read_bytes())
     return wanted
+
+
+RUN_RECORDS = ("summary.json", "config.yaml", "predictions_dev.json", "metrics.jsonl")
+
+
+def _finished_runs(study_dir: Path) -> list[Path]:
+    return sorted(p.parent for p in study_dir.rglob("summary.json"))
+
+
+def pack_runs(src: Path, dst: Path, only: list[str]) -> dict[str, int]:
+    """Copy the records of every finished run of each study in ``only`` from a suite directory ``src``
+    (``src/<study>/**/summary.json``) into ``dst/<study>/`` at the same relative paths. A run already in ``dst`` is
+    replaced by this machine's copy, runs only in ``dst`` are kept. Returns, per study, the runs packed."""
+    src, dst = Path(src), Path(dst)
+    if not only:
+        raise PtmlabError("--runs needs --only: name the studies whose finished runs to pack")
+    packed = {}
+    for name in only:
+        study = src / name
+        runs = _finished_runs(study) if study.is_dir() else []
+        if not runs:
+            raise PtmlabError(f"no finished run under '{study}' (a run is finished when its summary.json is "
+                              f"written): nothing to pack for {name}")
+        files = [r / f for r in runs for f in RUN_RECORDS if (r / f).is_file()]
+        _check_size(files)
+        for f in files:
+            atomic_write_bytes(dst / name / f.relative_to(study), f.read_bytes())
+        packed[name] = len(runs)
+    return packed
+
+
+def restore_runs(src: Path, dst: Path, only: list[str] | None = None) -> dict[str, tuple[int, int]]:
+    """Put packed runs (``pack_runs``'s ``dst``) back into a suite directory: ``src/<study>/<run>/`` into
+    ``dst/<study>/<run>/`` for each study (those in ``only``, default every one packed). A run that already has a
+    summary.json in ``dst`` is left as it is, never overwritten. Returns, per study, (runs restored, runs kept)."""
+    src, dst = Path(src), Path(dst)
+    if not src.is_dir():
+        raise PtmlabError(f"--from '{src}' is not a directory: give the --to of `ptmlab study collect --runs`")
+    found = sorted(p.name for p in src.iterdir() if p.is_dir() and _finished_runs(p))
+    if only and (missing := sorted(set(only) - set(found))):
+        raise PtmlabError(f"no packed runs under '{src}' for {', '.join(missing)} (packed: "
+                          f"{', '.join(found) or 'none'})")
+    if not found:
+        raise PtmlabError(f"no packed runs under '{src}' (expected {src}/<study>/<run>/summary.json)")
+    done = {}
+    for name in only or found:
+        restored = kept = 0
+        for run in _finished_runs(src / name):
+            target = dst / name / run.relative_to(src / name)
+            if (target / "summary.json").is_file():
+                kept += 1
+                continue
+            for f in RUN_RECORDS:  # the summary last: a run counts as finished only once all its records are in
+                if f != "summary.json" and (run / f).is_file():
+                    atomic_write_bytes(target / f, (run / f).read_bytes())
+            atomic_write_bytes(target / "summary.json", (run / "summary.json").read_bytes())
+            restored += 1
+        done[name] = (restored, kept)
+    return done
