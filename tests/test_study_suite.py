@@ -259,6 +259,10 @@ def test_finished_runs_move_to_another_machine_and_are_reused_there(tmp_path, ca
     (moved / "summary.json").write_text('{"kept": true}')
     assert restore_runs(packed, two) == {"s": (0, 1)}
     assert json.loads((moved / "summary.json").read_text()) == {"kept": True}
+    (one / "s" / "grid" / "seed0" / "metrics.jsonl").unlink()  # packed again: the packed copy follows the run's
+    assert pack_runs(one, packed, ["s"]) == {"s": 1}
+    assert not (packed / "s" / "grid" / "seed0" / "metrics.jsonl").exists()
+    assert (packed / "s" / "grid" / "seed0" / "summary.json").is_file()
     with pytest.raises(PtmlabError, match="needs --only"):
         pack_runs(one, packed, [])
     with pytest.raises(PtmlabError, match="no finished run under .*nothing to pack for none"):

@@ -208,6 +208,16 @@ def _finished_runs(study_dir: Path) -> list[Path]:
     return sorted(p.parent for p in study_dir.rglob("summary.json"))
 
 
+def _copy_run(run: Path, target: Path) -> None:
+    """A run's records into ``target``, the summary last (a run counts as finished only once all its records are
+    in, so a copy cut short is never taken for a finished run); a record the run lacks is removed from ``target``."""
+    for f in (*RUN_RECORDS[1:], RUN_RECORDS[0]):
+        if (run / f).is_file():
+            atomic_write_bytes(target / f, (run / f).read_bytes())
+        elif (target / f).is_file():
+            (target / f).unlink()
+
+
 def pack_runs(src: Path, dst: Path, only: list[str]) -> dict[str, int]:
     """Copy the records of every finished run of each study in ``only`` from a suite directory ``src``
     (``src/<study>/**/summary.json``) into ``dst/<study>/`` at the same relative paths. A run already in ``dst`` is
@@ -222,10 +232,9 @@ def pack_runs(src: Path, dst: Path, only: list[str]) -> dict[str, int]:
         if not runs:
             raise PtmlabError(f"no finished run under '{study}' (a run is finished when its summary.json is "
                               f"written): nothing to pack for {name}")
-        files = [r / f for r in runs for f in RUN_RECORDS if (r / f).is_file()]
-        _check_size(files)
-        for f in files:
-            atomic_write_bytes(dst / name / f.relative_to(study), f.read_bytes())
+        _check_size([r / f for r in runs for f in RUN_RECORDS if (r / f).is_file()])
+        for run in runs:
+            _copy_run(run, dst / name / run.relative_to(study))
         packed[name] = len(runs)
     return packed
 
@@ -251,10 +260,7 @@ def restore_runs(src: Path, dst: Path, only: list[str] | None = None) -> dict[st
             if (target / "summary.json").is_file():
                 kept += 1
                 continue
-            for f in RUN_RECORDS:  # the summary last: a run counts as finished only once all its records are in
-                if f != "summary.json" and (run / f).is_file():
-                    atomic_write_bytes(target / f, (run / f).read_bytes())
-            atomic_write_bytes(target / "summary.json", (run / "summary.json").read_bytes())
+            _copy_run(run, target)
             restored += 1
         done[name] = (restored, kept)
     return done
