@@ -108,3 +108,28 @@ def test_the_deciding_budget_chooses_its_rate_on_training_documents_and_takes_mo
     again = parse_study_args("long-attention", LongAttentionArgs, ["--budget", "full", "--lrs", "1e-4"],
                              small=SMALL, full=FULL)
     assert again.lr_list == [1e-4] and again.batch_size == 4
+
+
+def test_power_is_judged_on_the_accuracy_part_against_longformers_gain():
+    from ptmlab.studies.long_attention import CLAIM, decide
+    from ptmlab.studies.verdict import assess
+
+    def judged(q10_exponent, acc, correct):
+        return assess(decide(q10_exponent, 8192, 1.0, acc, correct=correct), (), CLAIM.paper_effect, CLAIM.paper_part)
+
+    assert CLAIM.paper_effect == 0.074 and CLAIM.paper_part == 1  # the Q11 part: Hyperpartisan, Table 7
+    acc = {"truncate": [0.50, 0.50, 0.50], "window": [0.60, 0.60, 0.60]}
+    # 20 documents: +2 documents is inside their noise, and that noise is wider than Longformer's +7.4 points
+    few = judged(1.9, acc, {"truncate": _docs(10, shift=5), "window": _docs(12)})
+    assert few.outcome == "inconclusive" and few.detectable_effect > 0.074
+    assert f"underpowered: could detect ±{few.detectable_effect:.4f}, the paper reports 0.074" in few.reason
+    # 2,000 documents with the same share right: the interval is narrow enough to see 0.074, so no power note
+    many = judged(1.9, {"truncate": [0.50] * 3, "window": [0.50] * 3},
+                  {"truncate": _docs(1000, n=2000, shift=7), "window": _docs(1000, n=2000)})
+    assert many.outcome == "inconclusive" and "underpowered" not in many.reason
+    assert many.detectable_effect < 0.074
+    # accuracy decided (window clearly ahead on every seed and document), Q10 undecided: the power note is
+    # about the accuracy part only, so none is given
+    ahead = judged(1.35, {"truncate": [0.30] * 3, "window": [0.90] * 3},
+                   {"truncate": _docs(6, n=20), "window": _docs(18, n=20)})
+    assert ahead.outcome == "inconclusive" and "Q10" in ahead.reason and "underpowered" not in ahead.reason
