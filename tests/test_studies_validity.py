@@ -126,6 +126,36 @@ def test_underpowered_inconclusive_says_so_with_the_budget_that_would_decide():
     assert eq.outcome == INCONCLUSIVE and "can never fit inside it" in eq.reason
 
 
+def test_examples_shared_by_every_seed_are_noise_more_seeds_do_not_shrink():
+    """A seeds-then-examples interval records the examples' share of its noise; the budget that would decide it
+    names seeds on the same examples only while that share alone is below the target, and the examples instead."""
+    from ptmlab.studies.verdict import budget_text, examples_to_decide
+
+    rng = np.random.default_rng(3)
+    # 3 seeds that agree on 60 examples, each example right or wrong for all of them: the examples are the noise
+    a = (rng.random(60) < 0.7).astype(float)
+    b = (rng.random(60) < 0.6).astype(float)
+    est = hierarchical_bootstrap([a, a, a], [b, b, b], "gain")
+    assert est.examples == 60 and est.example_se == pytest.approx(est.half_width() / scipy.stats.t.ppf(0.975, 2),
+                                                                   rel=0.1)
+    round_trip = Estimate.from_dict(json.loads(json.dumps(est.to_dict())))
+    assert round_trip.example_se == pytest.approx(est.example_se) and round_trip.examples == 60
+    z = scipy.stats.norm.ppf(0.975) + scipy.stats.norm.ppf(0.8)
+    assert budget_to_decide(est, 0.9 * z * est.example_se) is None  # the examples alone hide the effect
+    text = budget_text(est, 0.9 * z * est.example_se)
+    assert text.startswith("no number of seeds on these 60 examples would; about ")
+    m = examples_to_decide(est, 0.9 * z * est.example_se)
+    assert m > 60 and f"about {m} examples at 3 seeds would decide it" in text
+    # the same examples' noise, far below the target: a few more seeds on the same examples would do
+    few = budget_to_decide(est, 2 * z * est.example_se)
+    assert 3 < few < 20 and f"about {few} seeds on the same 60 examples" in budget_text(est, 2 * z * est.example_se)
+    # an estimate without the split (over seeds alone) keeps the seeds-only answer and text
+    seeds_only = paired_seeds([0.90, 0.86, 0.91], [0.89, 0.90, 0.89], "gain")
+    assert "examples" not in seeds_only.to_dict()
+    assert budget_text(seeds_only, 0.006) == f"about {budget_to_decide(seeds_only, 0.006)} seeds would decide it"
+    assert examples_to_decide(seeds_only, 0.006) is None
+
+
 def test_bootstrap_statistic_is_the_hierarchical_bootstrap_for_a_mean_and_collapses_identical_seeds():
     """For a mean over examples it gives the hierarchical bootstrap's value and a t interval over seeds of about
     its width; seeds that are one run repeated give the examples' interval (normal quantile), not a t over copies."""

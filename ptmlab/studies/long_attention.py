@@ -65,8 +65,8 @@ and 2e-4 on 50 training passages held out of the choosing runs (``choose_lr``). 
 hours in all (the learning-rate choice 2-3 minutes per candidate; per seed truncate ~2 minutes, window ~16 and chunk
 ~22 at 0.67 and 0.48 documents per second; the cost curves 1.5 minutes); under an hour on one GPU (not measured).
 What it could detect (±0.14 on window minus truncate, 75 dev documents) is about twice Longformer's +7.4 points on
-Hyperpartisan, and most of that interval is the noise of the 75 documents, which more seeds do not shrink: a
-decision needs a larger dev part (more books than the 13 built in) before more seeds.
+Hyperpartisan; most of that interval is the noise of the 75 documents, which more seeds on the same documents do
+not shrink (``Estimate.example_se``): the budget that would decide it is in results.json's reason.
 
 It runs in this process under either ``--executor``: its table reports each variant's training speed, which
 runs sharing a machine would distort.

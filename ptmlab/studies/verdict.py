@@ -37,7 +37,8 @@ seed-level intervals, the normal one otherwise; for an interval that is not symm
 length. Every quantitative rule reports it beside its interval. An inconclusive verdict whose detectable effect
 exceeds the paper's effect says "underpowered: could detect ±X, the paper reports Y" and the budget that would
 decide it, ``((z(1 - α/2) + z(0.8)) × SD / Y)²`` seeds (or examples, for an example-level bootstrap) with
-``SD = SE × √n`` the spread of one seed. For an
+``SD = SE × √n`` the spread of one seed; for a seeds-then-examples interval, the seeds on the same examples and the
+examples at the run's seeds, since more seeds leave the shared examples' noise (``budget_text``). For an
 equivalence rule the margin plays the paper's part: an interval wider than ``±m`` can never fit inside it.
 
 So a single lucky seed or two examples of 872 cannot decide a claim, and a comparison that cannot test the claim
@@ -152,13 +153,20 @@ class Estimate:
     method: str                 # "paired t over 3 seeds (95%)", "paired bootstrap over 872 examples (95%)"
     df: int | None = None       # degrees of freedom of a t interval over seeds (n - 1); None: normal quantiles
     confidence: float = 0.95
+    examples: int | None = None     # seeds then examples (``hierarchical_bootstrap``): the examples every seed shares
+    example_se: float | None = None  # ... and the standard error their resampling alone gives (seeds fixed), the
+    #                                  part of the noise that more seeds on the same examples do not shrink
 
     def to_dict(self) -> dict:
-        """Standard JSON: an unbounded end (one run, no interval) is written as null."""
+        """Standard JSON: an unbounded end (one run, no interval) is written as null; the example split only where
+        it was measured."""
         d = asdict(self)
         for k in ("value", "low", "high"):
             if not math.isfinite(d[k]):
                 d[k] = None
+        for k in ("examples", "example_se"):
+            if d[k] is None:
+                del d[k]
         return d
 
     @classmethod
@@ -172,8 +180,10 @@ class Estimate:
         df = d.get("df")
         if df is None and " t " in f" {method} " and int(d.get("n") or 0) > 1:
             df = int(d["n"]) - 1
+        examples = d.get("examples")
         return cls(str(d.get("metric") or ""), num("value", math.nan), num("low", -math.inf), num("high", math.inf),
-                   int(d.get("n") or 0), method, df, num("confidence", 0.95))
+                   int(d.get("n") or 0), method, df, num("confidence", 0.95),
+                   int(examples) if isinstance(examples, int | float) else None, num("example_se", None))
 
     def text(self, digits: int = 4) -> str:
         return f"{self.value:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}] ({self.method})"
@@ -209,9 +219,19 @@ def budget_to_decide(est: Estimate, target: float, power: float = POWER) -> int 
     unit, ``SD = SE × √n``, then the smallest ``n'`` with ``(q(1 - α/2) + q(power)) × SD / √n' <= target``: t
     quantiles with ``n' - 1`` degrees of freedom where the estimate is over seeds (its ``df``), as
     ``detectable_effect`` reads them, so that ``n'`` seeds would report a detectable effect of about ``target``;
-    normal quantiles where it is over examples."""
+    normal quantiles where it is over examples. Where the estimate knows the part of its noise that comes from the
+    examples every seed shares (``example_se``), only the rest shrinks with more seeds: the seeds needed on the
+    same examples, None when no number of seeds would do (``examples_to_decide`` gives the examples instead)."""
     if est is None or not target or est.n < 1 or not (math.isfinite(est.low) and math.isfinite(est.high)):
         return None
+    if est.example_se is not None and est.df is not None:
+        seed_sd, ex = _noise_split(est)
+        if _power_multiplier(est.confidence, power, None) * ex >= abs(target):
+            return None  # even infinitely many seeds leave the examples' noise
+        n = est.n + 1
+        while _power_multiplier(est.confidence, power, n - 1) * math.hypot(seed_sd / math.sqrt(n), ex) > abs(target):
+            n += 1
+        return n
     sd = est.half_width() / _quantile(0.5 + est.confidence / 2, est.df) * math.sqrt(est.n)
     z = _power_multiplier(est.confidence, power, None)
     n = max(est.n + 1, math.ceil((z * sd / abs(target)) ** 2))  # the normal answer: a lower bound under t
@@ -220,6 +240,43 @@ def budget_to_decide(est: Estimate, target: float, power: float = POWER) -> int 
     while _power_multiplier(est.confidence, power, n - 1) * sd / math.sqrt(n) > abs(target):
         n += 1
     return n
+
+
+def _noise_split(est: Estimate) -> tuple[float, float]:
+    """(the spread of one seed's result beyond the examples' noise, the examples' standard error) of a seeds-then-
+    examples estimate: ``SE² = SD_seed² / n + SE_examples²``."""
+    se = est.half_width() / _quantile(0.5 + est.confidence / 2, est.df)
+    ex = min(float(est.example_se or 0.0), se)
+    return math.sqrt(max(se * se - ex * ex, 0.0) * est.n), ex
+
+
+def examples_to_decide(est: Estimate, target: float, seeds: int | None = None, power: float = POWER) -> int | None:
+    """Roughly how many shared examples (at ``seeds`` seeds, default the estimate's own) would bring a seeds-then-
+    examples estimate's detectable effect down to ``target``: the examples' standard error scales as
+    ``1 / √examples``; None without the split, or when the seeds' own spread alone is too wide at that many seeds."""
+    if est is None or not target or est.example_se is None or not est.examples or est.df is None:
+        return None
+    seeds = seeds or est.n
+    seed_sd, ex = _noise_split(est)
+    room = (abs(target) / _power_multiplier(est.confidence, power, seeds - 1)) ** 2 - seed_sd**2 / seeds
+    if room <= 0:
+        return None
+    return max(1, math.ceil(ex * ex * est.examples / room))
+
+
+def budget_text(est: Estimate, target: float) -> str:
+    """The budget that would decide a rule at ``target``, as a clause ("about 8 seeds would decide it"); for a
+    seeds-then-examples estimate, seeds on the same examples and examples at the same seeds; "" when unknown."""
+    need = budget_to_decide(est, target)
+    if est.example_se is None or not est.examples:
+        return f"about {need} {_units(est)} would decide it" if need else ""
+    more = examples_to_decide(est, target)
+    options = ([f"about {need} seeds on the same {est.examples} examples"] if need else []) + (
+        [f"about {more} examples at {est.n} seeds"] if more else [])
+    if not options:
+        return ""
+    text = " or ".join(options) + " would decide it"
+    return text if need else f"no number of seeds on these {est.examples} examples would; {text}"
 
 
 def _units(est: Estimate) -> str:
@@ -384,9 +441,13 @@ def hierarchical_bootstrap(a_runs: Sequence[Sequence[float]], b_runs: Sequence[S
         examples = rng.integers(0, n, size=n)
         means[r] = np.nanmean(d[seeds][:, examples])
     half = _t_quantile(confidence, s - 1) * float(means.std(ddof=1))
+    # the examples' share of that noise: every seed kept, examples alone resampled (its own stream, so that the
+    # interval above is the one earlier runs gave)
+    rng_ex = np.random.default_rng([seed, 1])
+    ex_means = [np.nanmean(d[:, rng_ex.integers(0, n, size=n)]) for _ in range(resamples)]
     return Estimate(metric, mean, mean - half, mean + half, s,
                     f"hierarchical bootstrap: {s} seeds then {n} examples, t over seeds ({confidence:.0%})",
-                    s - 1, confidence)
+                    s - 1, confidence, n, float(np.std(ex_means, ddof=1)))
 
 
 def bootstrap_statistic(statistic: Callable[[Any, Any], float], runs: Sequence, n: int, metric: str,
@@ -468,9 +529,10 @@ def decide_within(est: Estimate, margin: float, what: str = "") -> Verdict:
         return Verdict(NOT_SUPPORTED, f"{name} {said} lies outside ±{margin:g}", est, detectable_effect=det)
     reason = f"{name} {said} is not resolved against ±{margin:g}"
     if math.isfinite(est.half_width()) and est.half_width() >= margin:
-        need = budget_to_decide(est, margin)
         reason += (f"; underpowered: the interval's half-width ±{est.half_width():.4f} exceeds the margin ±{margin:g},"
-                   f" so it can never fit inside it; about {need} {_units(est)} would decide it")
+                   f" so it can never fit inside it")
+        if text := budget_text(est, margin):
+            reason += f"; {text}"
     return Verdict(INCONCLUSIVE, reason, est, detectable_effect=det, paper_effect=margin)
 
 
@@ -548,10 +610,9 @@ def assess(verdict: Verdict, validity: Sequence[Condition] = (), paper_effect: f
             reason += (f"; underpowered: one run gives no interval, the paper reports {paper:g}; at least 3 seeds "
                        "are needed")
         elif cmp_det > abs(paper):
-            need = budget_to_decide(cmp_est, paper) if cmp_est is not None else None
-            units = _units(cmp_est) if cmp_est is not None else "seeds"
-            reason += (f"; underpowered: could detect ±{cmp_det:.4f}, the paper reports {paper:g}"
-                       + (f"; about {need} {units} would decide it" if need else ""))
+            text = budget_text(cmp_est, paper) if cmp_est is not None else ""
+            reason += f"; underpowered: could detect ±{cmp_det:.4f}, the paper reports {paper:g}" + (
+                f"; {text}" if text else "")
     return Verdict(verdict.outcome, reason, verdict.estimate, validity, det, paper, *rule, verdict.parts)
 
 
