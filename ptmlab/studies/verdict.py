@@ -231,6 +231,8 @@ def budget_to_decide(est: Estimate, target: float, power: float = POWER) -> int 
         n = est.n + 1
         while _power_multiplier(est.confidence, power, n - 1) * math.hypot(seed_sd / math.sqrt(n), ex) > abs(target):
             n += 1
+            if n > MAX_SEEDS:
+                return None  # the examples' noise is within a hair of the target: no practical number of seeds
         return n
     sd = est.half_width() / _quantile(0.5 + est.confidence / 2, est.df) * math.sqrt(est.n)
     z = _power_multiplier(est.confidence, power, None)
@@ -240,6 +242,9 @@ def budget_to_decide(est: Estimate, target: float, power: float = POWER) -> int 
     while _power_multiplier(est.confidence, power, n - 1) * sd / math.sqrt(n) > abs(target):
         n += 1
     return n
+
+
+MAX_SEEDS = 10_000  # past this, "about N seeds would decide it" is no budget anyone would run
 
 
 def _noise_split(est: Estimate) -> tuple[float, float]:
