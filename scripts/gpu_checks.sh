@@ -12,16 +12,29 @@
 # Everything they read travels in .gpu/ (`bash scripts/gpu_prepare.sh` builds it here; carry: [".gpu"]).
 # Example: run(command="bash scripts/gpu_checks.sh", carry=[".gpu"], timeout_s=590) with OUT set by the tool.
 # Results go to $OUT (or ./gpu-out), named BENCHMARK.MACHINE.json like benchmarks/results/.
+# DEVICE=cpu runs the same steps on a CPU at a toy size (the test suite's check that the script still runs end to
+# end): MODEL (default there: tiny) and GLUE_DIR (default: .gpu/glue) name what it reads, nothing is timed for real.
 set -uo pipefail
 OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PTMLAB_PROGRESS=0 PTMLAB_CACHE=/tmp/ptmlab-cache
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PTMLAB_PROGRESS=0 PTMLAB_CACHE="${PTMLAB_CACHE:-/tmp/ptmlab-cache}"
 PY="${PYTHON:-python3}"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+DEVICE="${DEVICE:-cuda}"
+GLUE_DIR="${GLUE_DIR:-.gpu/glue}"
+if [ "$DEVICE" = cpu ]; then
+  MODEL="${MODEL:-tiny}"
+  FINETUNE_ARGS=(--max-train 64 --no-compile --mfu-batch 64)
+  LONG_ARGS=(--device cpu --dtypes fp32 --reps 1 --impls sdpa,window --lengths 64,128 --window 32)
+  echo "cpu: no GPU, toy sizes" | tee "$OUT/gpu.txt"
+else
+  FINETUNE_ARGS=()
+  LONG_ARGS=(--device cuda --dtypes bf16 --reps 2 --impls sdpa,window --lengths 1024,4096,16384)
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+fi
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
   | tee -a "$OUT/gpu.txt"
-TAG=$($PY -c "import sys; sys.path.insert(0, 'benchmarks'); import _env; print(_env.machine_tag('cuda'))")
+TAG=$($PY -c "import sys; sys.path.insert(0, 'benchmarks'); import _env; print(_env.machine_tag('$DEVICE'))")
 # minilm travels in fp16 (the 64 MiB limit); it trains from an fp32 copy
-$PY - <<'PYEOF'
+[ -n "${MODEL:-}" ] || { MODEL=/tmp/minilm32; $PY - <<'PYEOF'
 import shutil
 from pathlib import Path
 
@@ -32,12 +45,13 @@ shutil.copytree(src, dst, dirs_exist_ok=True)
 save_file({k: v.float() for k, v in load_file(str(src / "model.safetensors")).items()},
           str(dst / "model.safetensors"), metadata={"format": "pt"})
 PYEOF
-timeout "${FINETUNE_TIMEOUT:-330}" $PY benchmarks/gpu_finetune.py --model /tmp/minilm32 --glue-dir .gpu/glue \
-  --repeats 1 --peak-tflops "${PEAK_TFLOPS:-989}" --output "$OUT/gpu_finetune.$TAG.json" 2>&1 | tail -25
+}
+timeout "${FINETUNE_TIMEOUT:-330}" $PY benchmarks/gpu_finetune.py --model "$MODEL" --glue-dir "$GLUE_DIR" \
+  --repeats 1 --peak-tflops "${PEAK_TFLOPS:-989}" "${FINETUNE_ARGS[@]}" --output "$OUT/gpu_finetune.$TAG.json" 2>&1 | tail -25
 # compiles FlexAttention once per length for the baseline and once or twice for ptmlab's kernel; the JSON is
 # rewritten after every length, so a cut-short run keeps what it measured
-timeout "${LONG_TIMEOUT:-170}" $PY benchmarks/long_attention.py --device cuda --dtypes bf16 --reps 2 \
-  --impls sdpa,window --lengths 1024,4096,16384 --out "$OUT/long_attention.$TAG.json" 2>&1 | tail -16
+timeout "${LONG_TIMEOUT:-170}" $PY benchmarks/long_attention.py "${LONG_ARGS[@]}" \
+  --out "$OUT/long_attention.$TAG.json" 2>&1 | tail -16
 [ "${PRETRAIN:-0}" = 1 ] && timeout "${PRETRAIN_TIMEOUT:-100}" $PY benchmarks/gpu_pretrain.py --files .gpu/data/wikitext-2 --tokenizer .gpu/tok \
   --size base --block-size 128 --batch-size 256 --max-steps "${STEPS:-60}" --json "$OUT/gpu_pretrain.$TAG.json" 2>&1 | tail -22
 [ "${STUDY_STEPS:-0}" = 1 ] && timeout 90 $PY benchmarks/gpu_pretrain.py --files .gpu/data/wikitext-2 --tokenizer .gpu/tok \

@@ -143,6 +143,28 @@ def test_gpu_finetune_benchmark_still_runs_on_a_cpu(tmp_path):
         6 * fr["non_embedding_params"] * fr["tokens"] / fr["train_seconds"] / 1e12, rel=0.01)
 
 
+@needs_glue
+def test_the_gpu_check_script_runs_end_to_end_on_a_cpu(tmp_path):
+    """scripts/gpu_checks.sh, the one script a lent GPU machine runs, goes through every default step with DEVICE=cpu
+    on the tiny model: the fine-tuning comparison and the long-attention costs each write their JSON under $OUT."""
+    import os
+
+    out = tmp_path / "out"
+    env = {**os.environ, "DEVICE": "cpu", "GLUE_DIR": str(GLUE), "OUT": str(out), "PYTHON": sys.executable,
+           "PTMLAB_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(["bash", "scripts/gpu_checks.sh"], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env=env)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert (out / "gpu.txt").read_text().startswith("cpu: no GPU")
+    finetune = json.loads(next(out.glob("gpu_finetune.cpu-*.json")).read_text())
+    assert finetune["device"] == "cpu" and finetune["complete"] is True
+    assert set(finetune["sides"]) == {"ptmlab", "trainer_random", "trainer_grouped", "bare_loop"}
+    assert finetune["speedup_vs_best_trainer"] > 0
+    long = json.loads(next(out.glob("long_attention.cpu-*.json")).read_text())
+    cells = {(r["impl"], r["length"]) for r in long["rows"] if r["latency_s"] and r["latency_s"] > 0}
+    assert cells == {(i, n) for i in ("sdpa", "window") for n in (64, 128)}
+
+
 def test_alternating_sides_report_progress_after_every_run(tmp_path):
     """A benchmark with a time limit (the GPU check) writes after every run, so what finished survives a cut; with
     keep_going a side that fails is recorded and the others still run."""
