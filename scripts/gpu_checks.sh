@@ -47,7 +47,7 @@ save_file({k: v.float() for k, v in load_file(str(src / "model.safetensors")).it
 PYEOF
 }
 timeout "${FINETUNE_TIMEOUT:-330}" $PY benchmarks/gpu_finetune.py --model "$MODEL" --glue-dir "$GLUE_DIR" \
-  --repeats 1 --peak-tflops "${PEAK_TFLOPS:-989}" "${FINETUNE_ARGS[@]}" --output "$OUT/gpu_finetune.$TAG.json" 2>&1 | tail -25
+  --repeats 1 --peak-tflops "${PEAK_TFLOPS:-989}" ${FINETUNE_ARGS[@]+"${FINETUNE_ARGS[@]}"} --output "$OUT/gpu_finetune.$TAG.json" 2>&1 | tail -25
 # compiles FlexAttention once per length for the baseline and once or twice for ptmlab's kernel; the JSON is
 # rewritten after every length, so a cut-short run keeps what it measured
 timeout "${LONG_TIMEOUT:-170}" $PY benchmarks/long_attention.py "${LONG_ARGS[@]}" \
