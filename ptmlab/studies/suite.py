@@ -201,7 +201,7 @@ def collect(src: Path, dst: Path, only: list[str] | None = None) -> list[str]:
     return wanted
 
 
-RUN_RECORDS = ("summary.json", "config.yaml", "predictions_dev.json", "metrics.jsonl")
+RUN_RECORDS = ("config.yaml", "predictions_dev.json", "metrics.jsonl", "summary.json")  # summary last (_copy_run)
 
 
 def _finished_runs(study_dir: Path) -> list[Path]:
@@ -211,7 +211,7 @@ def _finished_runs(study_dir: Path) -> list[Path]:
 def _copy_run(run: Path, target: Path) -> None:
     """A run's records into ``target``, the summary last (a run counts as finished only once all its records are
     in, so a copy cut short is never taken for a finished run); a record the run lacks is removed from ``target``."""
-    for f in (*RUN_RECORDS[1:], RUN_RECORDS[0]):
+    for f in RUN_RECORDS:
         if (run / f).is_file():
             atomic_write_bytes(target / f, (run / f).read_bytes())
         elif (target / f).is_file():

@@ -255,15 +255,15 @@ def _noise_split(est: Estimate) -> tuple[float, float]:
     return math.sqrt(max(se * se - ex * ex, 0.0) * est.n), ex
 
 
-def examples_to_decide(est: Estimate, target: float, seeds: int | None = None, power: float = POWER) -> int | None:
-    """Roughly how many shared examples (at ``seeds`` seeds, default the estimate's own) would bring a seeds-then-
-    examples estimate's detectable effect down to ``target``: the examples' standard error scales as
-    ``1 / √examples``; None without the split, or when the seeds' own spread alone is too wide at that many seeds."""
+def examples_to_decide(est: Estimate, target: float, power: float = POWER) -> int | None:
+    """Roughly how many shared examples, at the estimate's own seeds, would bring a seeds-then-examples estimate's
+    detectable effect down to ``target``: the examples' standard error scales as ``1 / √examples``; None without
+    the split, or when the seeds' own spread alone is too wide at that many seeds. Where the seeds' part nearly
+    fills the target the answer is very sensitive to both standard errors: a rough figure."""
     if est is None or not target or est.example_se is None or not est.examples or est.df is None:
         return None
-    seeds = seeds or est.n
     seed_sd, ex = _noise_split(est)
-    room = (abs(target) / _power_multiplier(est.confidence, power, seeds - 1)) ** 2 - seed_sd**2 / seeds
+    room = (abs(target) / _power_multiplier(est.confidence, power, est.n - 1)) ** 2 - seed_sd**2 / est.n
     if room <= 0:
         return None
     return max(1, math.ceil(ex * ex * est.examples / room))
