@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "ptmlab.commands.predict",
     "ptmlab.commands.glue",
     "ptmlab.commands.models",
+    "ptmlab.commands.data",
     "ptmlab.commands.report",
     "ptmlab.commands.study",
     "ptmlab.commands.demo",
@@ -57,6 +58,7 @@ COMMAND_HELP = {
     "predict": "label a file of texts with a trained run",
     "glue": "fine-tune and evaluate on every available GLUE task",
     "models": "list zoo models (or install the optional mpnet)",
+    "data": "list the built-in tasks, where each is read from here and how to get it; `data get TASK` fetches one",
     "report": "write a report for one run or a comparison of several",
     "study": "run a study (a source claim as an experiment with a verdict); `study all`, `study dashboard`, "
              "`study collect`, `study restore`",
@@ -101,6 +103,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     only = module_of(argv[0]) if argv and not argv[0].startswith("-") else None
     if only:
         importlib.import_module(only).register(sub)
+        _offer_trust_pickle(sub)
         return parser
     listed = {module_of(verb) for verb in COMMAND_HELP}
     for name in COMMAND_MODULES:
@@ -109,6 +112,32 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     for verb, help_ in COMMAND_HELP.items():
         sub.add_parser(verb, help=help_)
     return parser
+
+
+TRUST_PICKLE_HELP = ("load the pickle checkpoint (pytorch_model.bin, *.pt) of the model folders named on this command "
+                     "line when they have no safetensors weights: only for folders you trust (unpickling runs code)")
+
+
+def _offer_trust_pickle(sub) -> None:
+    """Every verb that reads a model takes ``--trust-pickle`` the same way (a verb may declare its own)."""
+    for verb_parser in sub.choices.values():
+        if not any("--trust-pickle" in a.option_strings for a in verb_parser._actions):
+            verb_parser.add_argument("--trust-pickle", action="store_true", default=argparse.SUPPRESS,
+                                     help=TRUST_PICKLE_HELP)
+
+
+def _trust_named_folders(args: argparse.Namespace) -> None:
+    """``--trust-pickle``: the folders named by the command's arguments may load from pickle weights."""
+    if not getattr(args, "trust_pickle", False):
+        return
+    from pathlib import Path
+
+    from ptmlab.models.loader import trust_pickle
+
+    for value in vars(args).values():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and Path(item).expanduser().is_dir():
+                trust_pickle(item)
 
 
 def _quiet_libraries() -> None:
@@ -141,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        _trust_named_folders(args)
         rc = args.func(args)
         return int(rc or 0)
     except PtmlabError as e:

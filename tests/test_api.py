@@ -88,7 +88,7 @@ def test_options_are_validated_wherever_a_config_is_built(tmp_path):
         FinetuneConfig(lr=-1.0)
     with pytest.raises(PtmlabError, match="unknown option 'epoch'.*did you mean 'epochs'"):
         ptmlab.finetune("tiny", _rows(), epoch=1, output=str(tmp_path / "o"))
-    with pytest.raises(PtmlabError, match="--batch-size 6 must be a multiple of --grad-accum 4"):
+    with pytest.raises(PtmlabError, match="^batch_size=6 must be a multiple of grad_accum=4"):  # keywords, not flags
         ptmlab.finetune("tiny", _rows(), batch_size=6, grad_accum=4, output=str(tmp_path / "o"))
     assert not (tmp_path / "o").exists()  # nothing written before the checks pass
 

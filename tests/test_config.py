@@ -41,8 +41,8 @@ def test_a_run_directorys_config_yaml_is_a_valid_config(tmp_path):
 
 def test_unknown_yaml_key_is_named(tmp_path):
     y = tmp_path / "c.yaml"
-    y.write_text("learning_rate: 0.1\n")
-    with pytest.raises(PtmlabError, match="unknown option 'learning_rate'"):
+    y.write_text("lerning_rate: 0.1\n")
+    with pytest.raises(PtmlabError, match="unknown option 'lerning_rate'.*did you mean 'learning_rate'"):
         resolve_config(FinetuneConfig, _parse([]), str(y))
 
 

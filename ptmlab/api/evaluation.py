@@ -30,6 +30,9 @@ class EvaluateConfig(LongArgs, DataArgs):
 # what evaluating a run reads from the run's own config.yaml unless given: its data and the --max-eval subset
 # (same task, files, columns, max length and seed, so the dev subset it was scored on is drawn again)
 _DATA_SOURCE = ("task", "glue_dir", "train_file", "dev_file", "test_file")
+# how a run read its own data: what new files for it are read with unless given
+_READING = ("text_col", "text_pair_col", "label_col", "label_kind", "task_kind", "max_length", "doc_stride",
+            "label_all_subtokens")
 
 
 def run_data_defaults(model: str, given) -> dict:
@@ -37,14 +40,18 @@ def run_data_defaults(model: str, given) -> dict:
     options is given: ``evaluate RUN`` scores the run's own task and dev subset."""
     import dataclasses
 
-    if any(name in given for name in _DATA_SOURCE) or not (Path(model) / "config.yaml").is_file():
+    if not (Path(model) / "config.yaml").is_file():
         return {}
     from ptmlab.core.rundir import RunDir
-
-    recorded = RunDir(model).read_config()
     from ptmlab.data.tasks import TASKS
 
+    recorded = RunDir(model).read_config()
     task = str(recorded.get("task") or "")
+    if any(name in given for name in _DATA_SOURCE):
+        if "task" in given or task in TASKS:
+            return {}
+        # new files for a run trained on its own data: read them as the run read its data (columns, kinds)
+        return {n: recorded[n] for n in _READING if n in recorded and n not in given} | {"task": task or "custom"}
     if not (task in TASKS or task.startswith("hf:") or Path(task).exists() or
             any(recorded.get(f) for f in _DATA_SOURCE[2:])):
         raise PtmlabError(f"run '{model}' was trained on data held in memory, which it does not keep: pass the "
@@ -88,6 +95,8 @@ def _evaluate_one(model_name: str, cfg: EvaluateConfig, source) -> dict:
     if all(getattr(split, f, None) is None for f in ("label", "tags", "answers")):  # labels, tags or answers
         raise PtmlabError(f"the '{cfg.split}' split of task '{data.spec.name}' has no labels: evaluate 'dev'")
     model = load_model(model_name)
+    _in_model_label_order(model, data)
+    split = data.split(cfg.split)
     spec = data.spec
     names = label_names(data)
     if model.config.num_labels != spec.num_labels:
@@ -96,6 +105,12 @@ def _evaluate_one(model_name: str, cfg: EvaluateConfig, source) -> dict:
     saved = [model.config.id2label[i] for i in range(model.config.num_labels)]
     if names and saved != names and not all(s.startswith("LABEL_") for s in saved):
         raise PtmlabError(f"model labels {saved} differ from task labels {names}: use the matching task")
+    from ptmlab.data.labels import MULTI_LABEL, is_multi_label
+
+    if spec.kind in ("classification", MULTI_LABEL) and is_multi_label(model.config) != (spec.kind == MULTI_LABEL):
+        answers = "label sets" if is_multi_label(model.config) else "one label"
+        raise PtmlabError(f"model '{model_name}' answers {answers} per text but task '{spec.name}' is {spec.kind}: "
+                          f"evaluate it on the task it was trained for")
     tokenizer = load_tokenizer(model_name)
     check_long_model(model, cfg, data)  # the strategy fits the model and --max-length (one-line errors)
     enc = encode_split(tokenizer, split, cfg.max_length)
@@ -107,3 +122,35 @@ def _evaluate_one(model_name: str, cfg: EvaluateConfig, source) -> dict:
     result = {"model": model_name, "task": spec.name, "split": cfg.split, "examples": len(split),
               "long_strategy": cfg.long_strategy, "metrics": metrics}
     return result
+
+
+def _in_model_label_order(model, data) -> None:
+    """Data read from new files or memory names its classes from what it holds (a dev file may lack a class or
+    order them otherwise): its labels are read as the model's own classes, so the model's ids keep their meaning.
+    A label the model does not know is an error naming it. Built-in tasks and other kinds are left as they are."""
+    import dataclasses
+
+    spec = data.spec
+    saved = [str(model.config.id2label[i]) for i in range(model.config.num_labels)]
+    if spec.kind not in ("classification", "multi-label") or spec.extra.get("label_names") \
+            or all(s.startswith("LABEL_") for s in saved):
+        return
+    from ptmlab.data.tasks import TASKS
+
+    if spec.name in TASKS or list(map(str, spec.labels)) == saved:
+        return
+    unknown = sorted(set(map(str, spec.labels)) - set(saved))
+    if unknown:
+        raise PtmlabError(f"the evaluation data has label(s) {', '.join(unknown)} that the model does not know (it "
+                          f"predicts {', '.join(saved)}): evaluate on data with the run's labels")
+    remap = {i: saved.index(str(name)) for i, name in enumerate(spec.labels)}
+    data.spec = dataclasses.replace(spec, labels=tuple(saved))
+    for name, other in data.splits.items():
+        if other.label is not None and spec.kind == "multi-label":  # multi-hot rows over the model's labels
+            rows = [[0] * len(saved) for _ in other.label]
+            for row, old in zip(rows, other.label, strict=True):
+                for i, on in enumerate(old):
+                    row[remap[i]] = on
+            data.splits[name] = dataclasses.replace(other, label=rows)
+        elif other.label is not None:
+            data.splits[name] = dataclasses.replace(other, label=[remap[x] for x in other.label])

@@ -18,7 +18,10 @@ def _is_model(obj: Any) -> bool:
 
 
 def model_label(obj: Any) -> str:
-    """How a model object is named in a run's record: its hub id or path, else its class."""
+    """How a model object is named in a run's record: its hub id or path, else its class (a PEFT model: its base's,
+    with ``+peft``)."""
+    if _is_peft(obj):
+        return f"{model_label(obj.get_base_model())}+peft"
     return str(getattr(obj.config, "_name_or_path", "") or type(obj).__name__)
 
 
@@ -30,23 +33,42 @@ def model_option(model: Any, tokenizer: Any = None):
         if len(model) != 2:
             raise PtmlabError("model=(model, tokenizer) takes exactly two items")
         model, tokenizer = model
+    from ptmlab.api.run import Run
+
+    if isinstance(model, Run):  # a run is its directory, as in every other verb
+        model = model.path
     if isinstance(model, str | os.PathLike):
         if tokenizer is not None:
             raise PtmlabError("tokenizer= goes with a model object; a model name or directory brings its own")
         yield str(model), None
         return
     if not _is_model(model):
-        raise PtmlabError(f"model must be a zoo name, a directory, a hub id or a transformers model, not a "
-                          f"{type(model).__name__}")
+        raise PtmlabError(f"model must be a zoo name, a directory, a hub id, a Run or a transformers or PEFT model, "
+                          f"not a {type(model).__name__}")
     if tokenizer is None or not hasattr(tokenizer, "save_pretrained"):
         raise PtmlabError("a model object needs its tokenizer: pass model=(model, tokenizer) or tokenizer=...")
+    label = model_label(model)
+    if _is_peft(model):  # its adapters folded into a copy of the base weights; the caller's model is untouched
+        import copy
+
+        model = copy.deepcopy(model).merge_and_unload()
     tmp = Path(tempfile.mkdtemp(prefix="ptmlab-model-"))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        yield str(tmp), model_label(model)
+        try:
+            yield str(tmp), label
+        except PtmlabError as e:  # name the object, not the temporary directory it was read from
+            if str(tmp) not in str(e):
+                raise
+            text = str(e).replace(f"model '{tmp}'", f"'{tmp}'").replace(f"'{tmp}'", f"the model object ({label})")
+            raise PtmlabError(text.replace(str(tmp), label)) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _is_peft(obj: Any) -> bool:
+    return hasattr(obj, "peft_config") and hasattr(obj, "merge_and_unload")
 
 
 def data_options(data: Any) -> tuple[dict, Any]:

@@ -3,11 +3,13 @@ validates them) and calls the function the CLI command calls; the commands are t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
 from typing import Any
 
+from ptmlab.api.errors import keyword_errors
 from ptmlab.api.inputs import data_options, model_option, text_options, training_data
 from ptmlab.api.run import Run
 from ptmlab.core.config import build_config, load_yaml
@@ -35,6 +37,15 @@ def _call(verb: str, *args, **options) -> str:
     parts = [repr(a) if not a.startswith("<") else a for a in shown]
     parts += [f"{k}={v!r}" for k, v in options.items()]
     return f"ptmlab.{verb}({', '.join(parts)})"
+
+
+@contextlib.contextmanager
+def _verb(verb: str, *args, **options):
+    """The block of an API verb: its runs record the call, and its errors name keywords, not flags."""
+    from ptmlab.train.args import DataArgs, ModelArgs, TrainArgs
+
+    with keyword_errors(TrainArgs, DataArgs, ModelArgs), api_call(_call(verb, *args, **options)):
+        yield
 
 
 def _path(x) -> str:
@@ -71,7 +82,7 @@ def finetune(model: Any = "minilm", data: Any = None, *, tokenizer: Any = None, 
     from ptmlab.core.rundir import RunDir
     from ptmlab.train.args import FinetuneConfig
 
-    with model_option(model, tokenizer) as (name, label), api_call(_call("finetune", model, data, **options)):
+    with model_option(model, tokenizer) as (name, label), _verb("finetune", model, data, **options):
         if resume:
             if not options.get("output"):
                 raise PtmlabError("resume=True needs output= (the run directory to continue)")
@@ -109,7 +120,7 @@ def predict(model: Any, data: Any, *, task: str | None = None, output: str | Non
     one dict per example; with ``output`` also writes ``predictions.jsonl`` (or ``format="csv"``) there."""
     from ptmlab.train.predict import PredictConfig
 
-    with api_call(_call("predict", model, data, task=task, output=output, **options)):
+    with _verb("predict", model, data, task=task, output=output, **options):
         source = None
         if isinstance(data, str | os.PathLike) and Path(str(data)).expanduser().is_file():
             options["input"] = str(data)
@@ -138,7 +149,7 @@ def evaluate(model: Any, data: Any = None, **options) -> dict:
 
     configure_threads()
     name = _path(model)
-    with api_call(_call("evaluate", model, data, **options)):
+    with _verb("evaluate", model, data, **options):
         opts, source = data_options(data)
         if source is not None:
             opts.setdefault("task", options.get("task", "custom"))
@@ -156,7 +167,7 @@ def distill(teacher: Any, data: Any = None, *, student: str | None = None, confi
     from ptmlab.distill.config import DistillConfig
     from ptmlab.distill.pipeline import run_distill
 
-    with api_call(_call("distill", teacher, data, student=student, **options)):
+    with _verb("distill", teacher, data, student=student, **options):
         opts, source = training_data(data, options)
         if student is not None:
             opts["student"] = student
@@ -170,7 +181,7 @@ def prune(model: Any, data: Any = None, *, config: Any = None, **options) -> Run
     (any data ``finetune`` takes); returns the Run."""
     from ptmlab.compress.prune import PruneConfig, run_prune
 
-    with api_call(_call("prune", model, data, **options)):
+    with _verb("prune", model, data, **options):
         opts, source = training_data(data, options)
         cfg = make_config(PruneConfig, config, model=_path(model), **opts, **options)
         run_prune(cfg, source=source)
@@ -182,7 +193,7 @@ def compress(model: Any, data: Any = None, *, config: Any = None, **options) -> 
     ``finetune`` takes); returns the Run."""
     from ptmlab.compress.pipeline import CompressConfig, run_compress
 
-    with api_call(_call("compress", model, data, **options)):
+    with _verb("compress", model, data, **options):
         opts, source = training_data(data, options)
         cfg = make_config(CompressConfig, config, model=_path(model), **opts, **options)
         run_compress(cfg, source=source)
@@ -193,7 +204,7 @@ def export(model: Any, output: str, *, format: str = "transformers", **options) 
     """Export a run or model (``ptmlab export``) to ``output``; returns the export directory."""
     from ptmlab.export.run import ExportConfig, export_model
 
-    with api_call(_call("export", model, output=output, format=format, **options)):
+    with _verb("export", model, output=output, format=format, **options):
         cfg = make_config(ExportConfig, None, model=_path(model), output=str(output), format=format, **options)
         info = export_model(cfg)
     return Path(info["output"])
@@ -210,7 +221,7 @@ def pretrain(model: Any = None, data: Any = None, *, text_col: str = "text", con
     from ptmlab.pretrain.run import run_pretrain
 
     splits = {k: options.pop(k) for k in ("train_split", "eval_split") if k in options}
-    with api_call(_call("pretrain", model, data, **options)), text_options(data, text_col, **splits) as (opts, label):
+    with _verb("pretrain", model, data, **options), text_options(data, text_col, **splits) as (opts, label):
         if model is not None:
             opts["model"] = _path(model)
         cfg = make_config(PretrainConfig, config, **opts, **options)
@@ -236,7 +247,7 @@ def study(name: str, **options) -> dict:
             argv.append("--no-" + k.replace("_", "-"))
         elif v is not None:
             argv += [flag, ",".join(map(str, v)) if isinstance(v, list | tuple) else str(v)]
-    with api_call(_call("study", name, **options)):
+    with _verb("study", name, **options):
         rc = load_all().get(name)(argv)
     if rc:
         raise PtmlabError(f"study '{name}' failed (exit code {rc})")

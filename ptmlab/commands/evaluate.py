@@ -12,8 +12,6 @@ def register(sub) -> None:
     p = sub.add_parser("evaluate", help="evaluate a run directory or model on a task")
     p.add_argument("model", metavar="RUN_DIR_OR_MODEL")
     p.add_argument("--config", help="YAML file with options")
-    p.add_argument("--trust-pickle", action="store_true", help="load the model's pickle checkpoint "
-                   "(pytorch_model.bin) when it has no safetensors: only for a folder you trust")
     add_config_args(p, EvaluateConfig)
     p.set_defaults(func=run)
 
@@ -26,10 +24,6 @@ def run(args: argparse.Namespace) -> int:
     from ptmlab.train.multitask import recorded_tasks
 
     configure_threads()
-    if args.trust_pickle:
-        from ptmlab.models.loader import trust_pickle
-
-        trust_pickle(args.model)
     if not recorded_tasks(args.model):  # the run's own task and dev subset unless a data option is given
         vars(args).update(run_data_defaults(args.model, vars(args)))
     cfg = resolve_config(EvaluateConfig, args, args.config)

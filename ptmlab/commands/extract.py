@@ -74,10 +74,6 @@ def verify(args: argparse.Namespace) -> int:
     if not args.queries:
         raise PtmlabError("verify-watermark needs --queries FILE (the suspect's training queries): the server keeps "
                           "only hashes of the watermarked queries")
-    if args.trust_pickle:
-        from ptmlab.models.loader import trust_pickle
-
-        trust_pickle(args.suspect)
     texts, pairs = read_queries(args.queries)
     store = open_store(args.state)
     key_id = store.resolve_key(args.key_name).id if args.key_name else None

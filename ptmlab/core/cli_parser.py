@@ -14,7 +14,13 @@ _PARSER_ATTR = "_ptmlab_parser"
 
 
 class ArgParser(argparse.ArgumentParser):
-    """argparse that reports a usage error on one line with exit code 2, and suggests the closest flag or verb."""
+    """argparse that reports a usage error on one line with exit code 2, and suggests the closest flag or verb.
+    A flag is taken only as spelt in full: ``--max-step`` is not read as ``--max-steps`` (``allow_abbrev`` off), so
+    a prefix never changes meaning when an option is added."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D401
         choice = re.match(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)$", message)

@@ -67,7 +67,8 @@ def add_config_args(parser: argparse.ArgumentParser, cls, exclude: tuple[str, ..
 
     Flags are listed in --help by topic: the ``OPTION_GROUP`` of the class that first declares the field (or the
     field's ``group`` metadata); fields a class names in ``CLI_EXCLUDE`` (inherited options its command does not
-    use) are not offered. A field's ``deprecated`` metadata names old flag spellings that still work, with a note."""
+    use) are not offered. A field's ``deprecated`` metadata names old flag spellings that still work, with a note;
+    its ``aliases`` are other names that work as well (transformers' ``--learning-rate`` for ``--lr``)."""
     from ptmlab.core.cli_parser import option_group
 
     types_ = _field_types(cls)
@@ -89,7 +90,7 @@ def add_config_args(parser: argparse.ArgumentParser, cls, exclude: tuple[str, ..
         else:
             kw.update(type=_cli_type(tp, flag), choices=f.metadata.get("choices"))
         group = option_group(parser, f.metadata.get("group") or _group_of(cls, f.name))
-        action = group.add_argument(flag, **kw)
+        action = group.add_argument(flag, *f.metadata.get("aliases", ()), **kw)
         action.field_name = f.name
         action.field_default = default  # read by the grammar test (one default seed and max length)
         for old in f.metadata.get("deprecated", ()):
@@ -150,17 +151,20 @@ def load_yaml(path: str | Path) -> dict:
 
 def build_config(cls: type[C], values: dict[str, Any], source: str = "options") -> C:
     """Make a config from a dict, coercing types and naming unknown keys. A key spelt as a field's deprecated flag
-    (``text_field`` for ``--text-field``) is read as that field, so older YAML files and run records still load."""
+    (``text_field`` for ``--text-field``) or one of its aliases (``learning_rate`` for ``lr``) is read as that field,
+    so older YAML files, run records and transformers' ``TrainingArguments`` names load."""
     types_ = _field_types(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     renamed = {old.lstrip("-").replace("-", "_"): f.name for f in dataclasses.fields(cls)
-               for old in f.metadata.get("deprecated", ())}
+               for old in (*f.metadata.get("deprecated", ()), *f.metadata.get("aliases", ()))}
     kwargs = {}
     for k, v in values.items():
-        if k not in known and renamed.get(k) in known and renamed[k] not in values:
+        if k not in known and renamed.get(k) in known:
+            if renamed[k] in values:
+                raise PtmlabError(f"options '{k}' and '{renamed[k]}' in {source} name the same setting: pass one")
             k = renamed[k]
         if k not in known:
-            raise PtmlabError(f"unknown option '{k}' in {source}: {did_you_mean(k, known)}")
+            raise PtmlabError(f"unknown option '{k}' in {source}: {did_you_mean(k, known | set(renamed))}")
         kwargs[k] = _coerce(v, types_[k], k)
     cfg = cls(**kwargs)
     validate = getattr(cfg, "validate", None)

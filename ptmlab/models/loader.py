@@ -9,6 +9,7 @@ foundation never names the capabilities that define modifications; only ``ptmlab
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -119,6 +120,7 @@ def load_from_dir(path: str, overrides: dict, task_head: bool = True, attn_imple
         try:
             return cls.from_pretrained(path, config=config, attn_implementation=attn)
         except Exception as e:
+            _head_mismatch(path, overrides, e)
             raise PtmlabError(f"cannot load model weights from '{path}' ({type(e).__name__}: {e}): "
                               f"the checkpoint may be corrupt or truncated") from None
     model = cls.from_config(config, attn_implementation=attn)  # None: the class default (MPNet has no sdpa)
@@ -131,6 +133,23 @@ def load_from_dir(path: str, overrides: dict, task_head: bool = True, attn_imple
                           f"unexpected {unexpected[:3]}): the model directory is inconsistent")
     model.eval()
     return model
+
+
+def _head_mismatch(path: str, overrides: dict, error: Exception) -> None:
+    """A saved classification head of another size than the data's classes is not a corrupt checkpoint: say so."""
+    wanted = overrides.get("num_labels")
+    if wanted is None or "mismatch" not in str(error).lower():
+        return
+    try:
+        saved = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    has = len(saved.get("id2label") or {}) or saved.get("num_labels")
+    if has and has != wanted:
+        names = ", ".join(map(str, (saved.get("id2label") or {}).values()))
+        raise PtmlabError(f"model '{path}' has a classification head for {has} classes ({names}) but the data has "
+                          f"{wanted}: train on data with the head's classes, or pass the encoder without its head "
+                          f"(model.base_model in Python, or the model it was fine-tuned from) to train a new head")
 
 
 def read_safetensors_dir(path: str | Path) -> dict:
