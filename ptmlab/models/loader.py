@@ -28,13 +28,30 @@ def trust_pickle(path: str | Path) -> None:
     _TRUSTED_PICKLE.add(Path(path).expanduser().resolve())
 
 
-def refuse_pickle(path: str | Path) -> None:
-    """A folder whose only weights are pickles (``pytorch_model.bin``, ``*.pt``, ...) is refused unless trusted:
-    unpickling runs whatever code the file holds. Safetensors weights, when present, are what loads."""
+def is_trusted(path: str | Path) -> bool:
+    return Path(path).expanduser().resolve() in _TRUSTED_PICKLE
+
+
+def has_model_safetensors(path: str | Path) -> bool:
+    """The folder holds a model's weights as safetensors: ``model.safetensors`` or its shards, not empty. Other
+    safetensors files (an adapter, an optimizer state) are not the model's weights and vouch for nothing."""
     p = Path(path).expanduser()
-    if not p.is_dir() or p.resolve() in _TRUSTED_PICKLE:
-        return
-    if any(f.name not in ("optimizer.safetensors", "rng.safetensors") for f in p.glob("*.safetensors")):
+    files = [p / "model.safetensors", *p.glob("model-*-of-*.safetensors")]
+    return any(f.is_file() and f.stat().st_size > 0 for f in files)
+
+
+def weights_kwargs(path: str | Path) -> dict:
+    """What ``from_pretrained`` of a local folder is given so that it reads safetensors or nothing (a pickle
+    checkpoint beside them is never the fallback), unless the user trusted the folder (``--trust-pickle``)."""
+    return {} if is_trusted(path) else {"use_safetensors": True}
+
+
+def refuse_pickle(path: str | Path) -> None:
+    """A folder without the model's weights in safetensors (``model.safetensors`` or shards, see
+    ``has_model_safetensors``) is refused unless trusted when it holds pickles (``pytorch_model.bin``, ``*.pt``,
+    ...): unpickling runs whatever code the file holds. Safetensors weights, when present, are what loads."""
+    p = Path(path).expanduser()
+    if not p.is_dir() or is_trusted(p) or has_model_safetensors(p):
         return
     pickles = sorted(f.name for pattern in PICKLE_WEIGHTS for f in p.glob(pattern) if f.name != "training_args.bin")
     if pickles:
@@ -118,7 +135,7 @@ def load_from_dir(path: str, overrides: dict, task_head: bool = True, attn_imple
     attn = attn_implementation
     if not mods:
         try:
-            return cls.from_pretrained(path, config=config, attn_implementation=attn)
+            return cls.from_pretrained(path, config=config, attn_implementation=attn, **weights_kwargs(path))
         except Exception as e:
             _head_mismatch(path, overrides, e)
             raise PtmlabError(f"cannot load model weights from '{path}' ({type(e).__name__}: {e}): "

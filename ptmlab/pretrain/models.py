@@ -205,8 +205,11 @@ def load_continued(model_name_or_dir: str, objective: Objective | str, tokenizer
     with _quiet_transformers():
         if overrides:  # a random debug model (zoo `tiny`)
             return cls._from_config(config, attn_implementation=_attn(cls))
+        from ptmlab.models.loader import refuse_pickle, weights_kwargs
+
+        refuse_pickle(path)
         try:
-            return cls.from_pretrained(path, config=config, attn_implementation=_attn(cls))
+            return cls.from_pretrained(path, config=config, attn_implementation=_attn(cls), **weights_kwargs(path))
         except Exception as e:
             raise PtmlabError(f"cannot load '{model_name_or_dir}' as {cls.__name__} ({type(e).__name__}: {e})") \
                 from None

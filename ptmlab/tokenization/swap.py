@@ -117,11 +117,14 @@ def load_model(spec: str):
     if not (path / "config.json").is_file():
         raise PtmlabError(f"model '{spec}' is not a model directory (no config.json): pass a directory saved "
                           "by save_pretrained, or minilm")
+    from ptmlab.models.loader import refuse_pickle, weights_kwargs
+
+    refuse_pickle(path)
     try:
         config = transformers.AutoConfig.from_pretrained(str(path))
         arch = (getattr(config, "architectures", None) or [None])[0]
         cls = getattr(transformers, arch, None) if arch else None
-        model = (cls or transformers.AutoModel).from_pretrained(str(path))
+        model = (cls or transformers.AutoModel).from_pretrained(str(path), **weights_kwargs(path))
     except Exception as e:  # any loading failure is the user's directory
         raise PtmlabError(f"model '{spec}' does not load ({type(e).__name__}): pass a directory saved by "
                           "save_pretrained") from None
