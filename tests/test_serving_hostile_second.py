@@ -56,7 +56,8 @@ def test_the_commands_refuse_the_decoy_in_one_line(victim, tmp_path):
     env = {"PTMLAB_HOME": str(tmp_path / "h")}
     (tmp_path / "q.txt").write_text("a query\nanother one\n")
     (tmp_path / "in.jsonl").write_text('{"text": "good film"}\n')
-    for args in (["serve", str(folder)], ["predict", str(folder), "--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "p")],
+    predict = ["predict", str(folder), "--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "p")]
+    for args in (["serve", str(folder)], predict,
                  ["extract", "verify-watermark", str(folder), "--queries", str(tmp_path / "q.txt")]):
         assert_clean_error(run_cli(*args, env=env), "pickle", "--trust-pickle")
     assert not marker.exists()
@@ -69,3 +70,62 @@ def test_model_safetensors_shards_count_as_weights(tmp_path):
     assert not has_model_safetensors(tmp_path)
     (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"x" * 10)
     assert has_model_safetensors(tmp_path)
+
+
+# -- 4. the extraction detector against rephrasings ----------------------------------------------------------------
+_ACCENTS = str.maketrans("aeiou", "áéíóú")
+_CYRILLIC = str.maketrans("aeopcxy", "аеорсху")
+REPHRASINGS = {
+    "accents": lambda t: t.translate(_ACCENTS),
+    "upper case": str.upper,
+    "mixed case": lambda t: "".join(c.upper() if i % 2 else c for i, c in enumerate(t)),
+    "look-alikes": lambda t: t.translate(_CYRILLIC),
+    "full width": lambda t: "".join(chr(ord(c) + 0xFEE0) if "a" <= c <= "z" else c for c in t),
+    "zero-width": lambda t: "\u200b".join(t),
+    "inner punctuation": lambda t: " ".join(w[:len(w) // 2] + "." + w[len(w) // 2:] if len(w) > 3 else w
+                                            for w in t.split()),
+}
+
+
+@pytest.fixture(scope="module")
+def detector():
+    from ptmlab.serve.detector import fit_default_detector
+
+    return fit_default_detector()
+
+
+@pytest.mark.parametrize("name", list(REPHRASINGS))
+def test_a_rephrased_random_query_scores_as_the_query_does(detector, name):
+    import random
+
+    from ptmlab.data.wordlists import random_words
+
+    queries = random_words(60, [12, 18, 25], random.Random(0))
+    plain = detector.score(queries)
+    rephrased = detector.score([REPHRASINGS[name](q) for q in queries])
+    assert all(p is not None for p in plain) and sum(p > 0.9 for p in plain) >= 55
+    assert all(r is not None for r in rephrased), name  # none escapes by being left unjudged
+    assert max(abs(r - p) for r, p in zip(rephrased, plain, strict=True)) < 0.05, name
+
+
+def test_accented_random_queries_are_blocked_like_plain_ones(victim, store):
+    import random
+
+    import httpx
+
+    from ptmlab.data.wordlists import random_words
+    from ptmlab.serve.server import serve_in_thread
+
+    queries = [REPHRASINGS["accents"](q) for q in random_words(40, [12, 18, 25], random.Random(1))]
+    thief = store.create_key("thief", rate=1e4, burst=1e4)
+    cfg = ServeConfig(detector_action="block", detector_min_queries=20)
+    with serve_in_thread(create_app(str(victim), cfg, store)) as url:
+        def post(texts):
+            return httpx.post(f"{url}/v1/predict", json={"texts": texts}, timeout=60,
+                              headers={"Authorization": f"Bearer {thief}"})
+
+        assert post(queries[:30]).status_code == 200
+        blocked = post(queries[30:31])
+    assert blocked.status_code == 403 and "extraction" in blocked.json()["error"]
+    scored, score = store.key_score(store.resolve_key("thief").id)
+    assert scored == 30 and score > 0.9

@@ -6,6 +6,12 @@ Function words and punctuation are ignored, so padding a query with "the", "of",
 cheap adaptive attack that fooled the first detector) changes nothing. Texts with fewer than ``MIN_CONTENT`` known
 English content words (short or non-English texts) are not scored at all, instead of being scored as suspicious.
 
+The features read the text as the model reads it and then some (``canonical``): compatibility forms folded
+(NFKC: full-width letters, ligatures), accents stripped and case folded (what an uncased BERT tokenizer does
+before the model sees the text), invisible format characters (zero-width spaces and joiners) dropped, letters
+that look Latin in other scripts (Cyrillic "а", Greek "ο") read as Latin, and punctuation inside a word removed
+("hou.se"). So rephrasings that leave the model's input unchanged, or readable, cannot make a query unjudged.
+
 A logistic regression over these features gives each query a score; the server keeps a moving average per key
 (``Store.settle``) and acts on it by ``--detector-action``. The default detector is fitted once on the built-in
 tweets against RANDOM queries and saved as JSON (never pickled) under the state directory.
@@ -28,14 +34,48 @@ from ptmlab.data.wordlists import FUNCTION_WORDS
 WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 FEATURES = ("mean_zipf", "std_zipf", "frac_common", "frac_rare", "frac_unknown")
 MIN_CONTENT = 3
-VERSION = 2
+VERSION = 3  # features read canonical text
+
+
+# letters of other scripts drawn like Latin ones (the common homoglyphs of Unicode's confusables list)
+LOOKALIKES = str.maketrans({
+    "а": "a", "в": "b", "е": "e", "ё": "e", "к": "k", "м": "m", "н": "h", "о": "o", "р": "p", "с": "c", "т": "t",
+    "у": "y", "х": "x", "і": "i", "ї": "i", "ј": "j", "ѕ": "s", "ԁ": "d", "ԛ": "q", "ԝ": "w", "һ": "h", "ӏ": "l",
+    "α": "a", "β": "b", "ε": "e", "η": "n", "ι": "i", "κ": "k", "ν": "v", "ο": "o", "ρ": "p", "τ": "t", "υ": "u",
+    "χ": "x", "ɡ": "g", "ı": "i", "ȷ": "j", "ℓ": "l"})
+_INSIDE_WORD = re.compile(r"(?<=[^\W\d_])[^\w\s']+(?=[^\W\d_])")
+
+
+def canonical(text: str) -> str:
+    """The text as the detector judges it (see the module docstring): folded, unaccented, lower-case, without
+    invisible characters, homoglyphs read as Latin and punctuation inside words resolved (``_rejoin``)."""
+    import unicodedata
+
+    text = unicodedata.normalize("NFKC", text)
+    text = "".join(c for c in unicodedata.normalize("NFD", text)
+                   if unicodedata.category(c) not in ("Mn", "Cf", "Cc") or c in "\n\t")
+    text = text.casefold().translate(LOOKALIKES)
+    return re.sub(r"\S+", _rejoin, text)
+
+
+def _rejoin(m: re.Match) -> str:
+    """A token with punctuation between its letters: one word when the joined letters are a word ("hou.se"), else
+    the parts ("well-known" stays two known words where "wellknown" is none)."""
+    from wordfreq import zipf_frequency
+
+    token = m.group(0)
+    if not _INSIDE_WORD.search(token):
+        return token
+    joined = _INSIDE_WORD.sub("", token)
+    core = joined.strip(".,;:!?\"()[]{}")
+    return joined if zipf_frequency(core, "en") > 0 else _INSIDE_WORD.sub(" ", token)
 
 
 def features(text: str) -> list[float] | None:
     """Frequency profile of the text's content words; None when there are too few known ones to judge."""
     from wordfreq import zipf_frequency
 
-    words = [w for w in WORD.findall(text.lower()) if len(w) > 1 and w not in FUNCTION_WORDS]
+    words = [w for w in WORD.findall(canonical(text)) if len(w) > 1 and w not in FUNCTION_WORDS]
     z = np.array([zipf_frequency(w, "en") for w in words]) if words else np.zeros(0)
     known = z[z > 0]
     if len(known) < MIN_CONTENT or len(known) < 0.5 * len(z):
