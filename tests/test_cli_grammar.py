@@ -31,8 +31,8 @@ EXISTING = {"evaluate", "predict", "report", "tokenizer eval", "tokenizer swap",
             "export", "push"}
 FROM_PRETRAINED = {"finetune", "glue", "demo", "pretrain", "extract"}
 TEACHER_STUDENT = {"distill", "distill-embeddings", "meta-distill"}
-NO_MODEL = {"models", "study", "tokenizer train", "keys create", "keys list", "keys revoke", "keys flagged", "clean",
-            "scale"}
+NO_MODEL = {"models", "data", "study", "tokenizer train", "keys create", "keys list", "keys revoke", "keys flagged",
+            "clean", "scale"}
 # defaults that differ from --seed 42 / --max-length 128, each with its reason written in docs/cli.md
 DEFAULT_EXCEPTIONS = {("demo", "max_length"): 64, ("distill-embeddings", "max_length"): 64,
                       ("extract", "max_length"): 64, ("analyze anomaly", "seed"): 0, ("serve", "max_length"): 0,

@@ -95,14 +95,21 @@ class RunDir:
 
         atomic_write_text(self.file("metrics.jsonl"), "".join(json.dumps(r) + "\n" for r in rows))
 
-    def write_summary(self, summary: dict) -> None:
-        """summary.json, with the run's ``provenance`` added (to ``summary`` too): versions, git commit, command
-        line, start (config.yaml's time: the run's first file) and end times, device."""
+    def write_summary(self, summary: dict, *, data=None, model=None) -> None:
+        """summary.json, with the run's ``provenance`` added (to ``summary`` too): versions, git commit and whether
+        the checkout was modified, command line, seed (config.yaml's), the training data's record (``data``: task data
+        or its record), the hub commit of ``model`` (the trained model, when it came from the hub cache), start
+        (config.yaml's time: the run's first file) and end times, device."""
         from ptmlab.core.provenance import provenance
 
         config = self.file("config.yaml")
         started = config.stat().st_mtime if config.is_file() else None
-        summary.setdefault("provenance", provenance(started))
+        try:
+            seed = self.read_config().get("seed") if config.is_file() else None
+        except PtmlabError:  # a damaged config.yaml: the summary is still written
+            seed = None
+        summary.setdefault("provenance", provenance(started, seed=seed if isinstance(seed, int) else None,
+                                                    data=data, model=model))
         atomic_write_json(self.file("summary.json"), summary)
 
     def summary(self) -> dict:

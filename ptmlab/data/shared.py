@@ -7,14 +7,25 @@ import os
 from pathlib import Path
 
 
+def data_dir_candidates() -> list[Path]:
+    """Where the shared data folder is looked for, in order: ``$PTMLAB_DATA_DIR``, then ``../shared/data`` from the
+    working directory and from the repository."""
+    cands = [os.environ.get("PTMLAB_DATA_DIR"), "../shared/data", Path(__file__).resolve().parents[2] / ".." / "shared"
+             / "data"]
+    return list(dict.fromkeys(Path(c).resolve() for c in cands if c))
+
+
 def shared_data_dir() -> Path | None:
-    """``$PTMLAB_DATA_DIR``, else ``../shared/data`` from the working directory or from the repository."""
-    candidates = [os.environ.get("PTMLAB_DATA_DIR"), "../shared/data",
-                  Path(__file__).resolve().parents[2] / ".." / "shared" / "data"]
-    for c in candidates:
-        if c and Path(c).is_dir():
-            return Path(c).resolve()
-    return None
+    """``$PTMLAB_DATA_DIR``, else ``../shared/data`` from the working directory or from the repository: the first of
+    ``data_dir_candidates`` that is a folder."""
+    return next((c for c in data_dir_candidates() if c.is_dir()), None)
+
+
+def looked_in(rel: str) -> list[str]:
+    """Where ``rel`` below the shared data folder was looked for: in the shared data folder when there is one, else
+    in each place it may be."""
+    root = shared_data_dir()
+    return [str(r / rel) for r in ([root] if root is not None else data_dir_candidates())]
 
 
 def shared_subdir(rel: str, probe: str, env: str | None = None) -> Path | None:

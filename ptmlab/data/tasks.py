@@ -1,4 +1,5 @@
-"""Task specs: which text columns, which labels, which official metrics. One registry, ``TASKS``."""
+"""Task specs: which text columns, which labels, which official metrics. One registry, ``TASKS``; ``HUB_COPIES``
+says where a built-in task's data is on the Hugging Face Hub (read when no local copy is found)."""
 
 from __future__ import annotations
 
@@ -68,12 +69,59 @@ _add(TaskSpec("longdocs", "classification", ("austen-emma", "austen-persuasion",
 _add(TaskSpec("conll2003", "token-classification",
               ("O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"),
               ("entity_f1", "entity_precision", "entity_recall"), text_col="tokens", label_col="tags", id_col=None,
-              description="CoNLL-2003 English NER (../shared/data/ner/conll2003; dev testa, test testb; entity F1)"))
+              description="CoNLL-2003 English NER (dev testa, test testb; entity F1)"))
 _add(TaskSpec("squad", "extractive-qa", (), ("f1", "exact_match"), text_col="question", pair_col="context",
               label_col="answers", id_col="id", extra={"max_length": 384},
-              description="SQuAD v1.1 extractive QA (../shared/data/qa/squad-v1.1; dev scored with EM/F1)"))
+              description="SQuAD v1.1 extractive QA (dev scored with EM/F1)"))
 
 SPAN_KINDS = ("token-classification", "extractive-qa")  # task kinds whose labels are not one per example
 TASK_KINDS = ("sentence", *SPAN_KINDS)  # --task-kind: sentence tasks take --label-kind for their label column
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "wnli")
+
+
+@dataclass(frozen=True)
+class HubCopy:
+    """A built-in task's data on the Hugging Face Hub: ``datasets.load_dataset(path, name, revision=revision)``.
+
+    ``splits``: (ptmlab split, hub split) pairs; ``text_col``/``pair_col``/``label_col``/``id_col``: the columns
+    there; ``labels``: (hub class name, the task's label value) pairs, in the hub's class id order (the hub names
+    GLUE's classes, the GLUE files number them); ``tags``: a tagging task's tag names in the hub's id order, for a
+    copy whose tag column holds bare ids."""
+
+    path: str
+    name: str | None = None
+    revision: str | None = None
+    splits: tuple[tuple[str, str], ...] = (("train", "train"), ("dev", "validation"), ("test", "test"))
+    text_col: str = "sentence"
+    pair_col: str | None = None
+    label_col: str = "label"
+    id_col: str | None = "idx"
+    labels: tuple[tuple[str, str], ...] = ()
+    tags: tuple[str, ...] = ()
+
+    @property
+    def id(self) -> str:
+        """``PATH[:NAME]``, as ``hf:`` sources write a hub dataset."""
+        return f"{self.path}:{self.name}" if self.name else self.path
+
+
+def _glue(name: str, labels: tuple[tuple[str, str], ...], pair: bool = False) -> HubCopy:
+    return HubCopy("nyu-mll/glue", name, text_col="sentence1" if pair else "sentence",
+                   pair_col="sentence2" if pair else None, labels=labels)
+
+
+HUB_COPIES: dict[str, HubCopy] = {
+    "cola": _glue("cola", (("unacceptable", "0"), ("acceptable", "1"))),
+    "sst2": _glue("sst2", (("negative", "0"), ("positive", "1"))),
+    "mrpc": _glue("mrpc", (("not_equivalent", "0"), ("equivalent", "1")), pair=True),
+    "stsb": _glue("stsb", (), pair=True),
+    "rte": _glue("rte", (("entailment", "entailment"), ("not_entailment", "not_entailment")), pair=True),
+    "wnli": _glue("wnli", (("not_entailment", "0"), ("entailment", "1")), pair=True),
+    # the canonical CoNLL-2003 is a loading script, which current datasets does not run: its parquet export
+    "conll2003": HubCopy("eriktks/conll2003", revision="convert/parquet", text_col="tokens", label_col="ner_tags",
+                         id_col="id", tags=("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC",
+                                            "I-MISC")),
+    "squad": HubCopy("rajpurkar/squad", splits=(("train", "train"), ("dev", "validation")), text_col="question",
+                     pair_col="context", label_col="answers", id_col="id"),
+}

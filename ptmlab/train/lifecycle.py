@@ -217,7 +217,7 @@ def finish_run(session: RunSession, fit: FitResult, tokenizer, data: TaskData | 
             write_predictions(run, "dev", data.splits["dev"], fit.dev_preds, data.spec, labels)
         if data is not None and fit.test_preds is not None:
             write_predictions(run, "test", data.splits["test"], fit.test_preds, data.spec, labels)
-        run.write_summary(summary)
+        run.write_summary(summary, data=data, model=fit.model)  # provenance: training data, hub commit
         from ptmlab.report.model_card import write_model_card
         write_model_card(run.path)
         (report or write_run_report)(run)

@@ -76,17 +76,106 @@ def predict_split(model, tokenizer, split: Split, head: Head, max_length: int = 
     return out
 
 
+def accepted_inputs(text_col: str = "text") -> str:
+    """What predictions take, for error messages."""
+    return (f"pass a text, a list of texts, (text, pair) tuples or dicts with '{text_col}', a DataFrame, a Dataset "
+            f"or a data file")
+
+
+def describe_item(item) -> str:
+    """How an error message names a bad input item: None, or its type and (shortened) value."""
+    if item is None:
+        return "None"
+    name = type(item).__name__
+    shown = repr(item)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name} ({shown})"
+
+
+def _text_of(value, i: int, what: str, col: str | None = None) -> str:
+    """One text of item ``i``: a non-empty string (``col``: the dict key it came from)."""
+    if not isinstance(value, str):
+        where = f"has {describe_item(value)} in '{col}'" if col is not None else f"holds {describe_item(value)}"
+        raise PtmlabError(f"item {i} of the input {where}: {what}")
+    if not value.strip():
+        raise PtmlabError(f"text {i} is empty: give every example some text")
+    return value
+
+
+def _example(item, i: int, text_col: str, pair_col: str | None, what: str) -> tuple[str, str | None]:
+    """(text, pair or None) of one input item: a string, a (text, pair) tuple or a dict with the text column."""
+    if isinstance(item, str):
+        return _text_of(item, i, what), None
+    if isinstance(item, tuple | list) and len(item) == 2:
+        return _text_of(item[0], i, what), _text_of(item[1], i, what)
+    if isinstance(item, dict):
+        if text_col not in item:
+            raise PtmlabError(f"item {i} of the input has no '{text_col}' (its keys: {', '.join(map(str, item))}): "
+                              f"{what}")
+        text = _text_of(item[text_col], i, what, text_col)
+        if pair_col is None:
+            return text, None
+        if pair_col not in item:
+            raise PtmlabError(f"item {i} of the input has no '{pair_col}', the run's second text (its keys: "
+                              f"{', '.join(map(str, item))}): give every dict its '{pair_col}'")
+        return text, _text_of(item[pair_col], i, what, pair_col)
+    raise PtmlabError(f"item {i} of the input is {describe_item(item)}: {what}")
+
+
+def prediction_split(source, text_col: str = "text", pair_col: str | None = None, pairs=None) -> Split:
+    """The one reader of what predictions take (``ptmlab.predict`` and ``Run.predict``): a text, a list of texts,
+    of (text, pair) tuples or of dicts holding ``text_col`` (and ``pair_col`` when the run reads pairs), a DataFrame
+    or Dataset with those columns, or a data file (a path, or a string naming a file that exists). ``pairs`` gives a
+    second text per text. Anything else (None, a number, a dict without the text column) is refused naming the
+    item, before any model loads."""
+    import os
+
+    from ptmlab.data.sources import _kind, table_of
+
+    what = accepted_inputs(text_col)
+    if source is None:
+        raise PtmlabError(f"nothing to predict: {what}")
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and Path(source).expanduser().is_file()):
+        if pairs is not None:
+            raise PtmlabError("pairs= goes with texts given in Python: name a data file's second column with "
+                              "text_pair_col instead")
+        return file_split(Path(source).expanduser(), text_col, pair_col)
+    if isinstance(source, str):
+        items = [source]
+    elif isinstance(source, list | tuple):
+        items = list(source)
+    elif _kind(source) in ("Dataset", "DataFrame"):
+        from ptmlab.data.loaders import _check_cols
+
+        table = table_of(source)
+        _check_cols(table.columns, {"text_col": text_col, "text_pair_col": pair_col}, table.where, True)
+        items = table.rows
+    else:
+        raise PtmlabError(f"cannot predict from {describe_item(source)}: {what}")
+    if not items:
+        raise PtmlabError(f"the input holds no examples: {what}")
+    if pairs is not None:
+        pairs = [pairs] if isinstance(pairs, str) else list(pairs)
+        if len(pairs) != len(items):
+            raise PtmlabError(f"{len(items)} texts but {len(pairs)} pairs: give one pair per text")
+        bad = next((i for i, t in enumerate(items) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise PtmlabError(f"item {bad} of the input is {describe_item(items[bad])}: pairs= goes with texts given "
+                              f"as strings (or pass (text, pair) tuples without pairs=)")
+        items = list(zip(items, pairs, strict=True))
+    examples = [_example(item, i, text_col, pair_col, what) for i, item in enumerate(items)]
+    with_pair = [p is not None for _, p in examples]
+    if any(with_pair) and not all(with_pair):
+        i, j = with_pair.index(False), with_pair.index(True)
+        raise PtmlabError(f"item {i} of the input has no pair but item {j} has one: give every example a pair, or "
+                          f"none")
+    texts = [t for t, _ in examples]
+    return Split(texts, [p for _, p in examples] if any(with_pair) else None, None, list(range(len(texts))))
+
+
 def text_split(texts, pairs=None) -> Split:
-    """A Split of unlabelled texts (and pairs) given in Python."""
-    if isinstance(texts, str):
-        texts = [texts]
-    texts = [str(t) for t in texts]
-    if pairs is not None and len(pairs) != len(texts):
-        raise PtmlabError(f"{len(texts)} texts but {len(pairs)} pairs: give one pair per text")
-    for i, t in enumerate(texts):
-        if not t.strip():
-            raise PtmlabError(f"text {i} is empty: give every example some text")
-    return Split(texts, [str(p) for p in pairs] if pairs is not None else None, None, list(range(len(texts))))
+    """A Split of unlabelled texts (and pairs) given in Python (``prediction_split`` with the default columns)."""
+    return prediction_split(texts, pairs=pairs)
 
 
 def run_columns(run_config: dict) -> tuple[str, str | None]:
@@ -159,21 +248,7 @@ def predict_config(run_dir: str, cfg: PredictConfig, source=None) -> list[dict]:
         if out_file is not None:
             write_span_predictions(out_file, preds)
         return preds
-    if cfg.input:
-        split = file_split(cfg.input, text_col, pair_col)
-    elif source is None:
-        raise PtmlabError("nothing to predict: pass --input FILE")
-    elif isinstance(source, str) or (isinstance(source, list | tuple) and all(isinstance(t, str) for t in source)):
-        split = text_split(source)
-    else:
-        from ptmlab.data.sources import table_of
-
-        table = table_of(source)
-        from ptmlab.data.loaders import _check_cols
-
-        _check_cols(table.columns, {"--text-col": text_col, "--text-pair-col": pair_col}, table.where, True)
-        spec = TaskSpec("predict", "classification", text_col=text_col, pair_col=pair_col, id_col=None)
-        split = rows_to_split(spec, Path(table.where), table.rows, labelled=False, first_line=table.first_line)
+    split = file_split(cfg.input, text_col, pair_col) if cfg.input else prediction_split(source, text_col, pair_col)
     model = load_model(run_dir)
     model.eval()
     head = model_head(model, cfg.task)
