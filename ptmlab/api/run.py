@@ -70,22 +70,26 @@ class Run:
         return load_tokenizer(str(self.path))
 
     def predict(self, texts, pairs=None, *, task: str | None = None, batch_size: int = 128,
-                max_length: int | None = None, precision: str = "fp32") -> list[dict]:
-        """Predictions for ``texts`` (a string or a list; ``pairs`` for pair tasks): ``{"label", "score",
-        "probabilities"}`` per text from a classifier, ``{"score"}`` from a regression head; ``task`` picks a
-        multi-task run's head."""
-        from ptmlab.train.predict import model_head, predict_split, text_split
+                max_length: int | None = None, precision: str = "fp32", text_col: str | None = None,
+                text_pair_col: str | None = None) -> list[dict]:
+        """Predictions for ``texts``: whatever ``ptmlab.predict`` takes (a text, a list of texts, (text, pair)
+        tuples, dicts with the run's text column(s), a DataFrame, a Dataset, a data file), read by the same function;
+        ``pairs`` gives a second text per text (a QA run: the contexts of the questions). A classifier answers
+        ``{"label", "score", "probabilities"}`` per text, a regression head ``{"score"}``, a tagger its words, tags
+        and entity groups, a QA run its answers; ``task`` picks a multi-task run's head."""
+        from ptmlab.train.predict import model_head, predict_split, prediction_split, run_columns
         from ptmlab.train.spans import span_kind
 
         if span_kind(self.path) is not None:  # a tagger or a QA run: ptmlab.predict's span path
-            if pairs is not None:
-                raise PtmlabError("pairs= is for sentence-pair classifiers: give a tagger texts, and a QA run "
-                                  "rows with its question and context columns (ptmlab.predict(run, rows))")
             from ptmlab.api.verbs import predict
 
-            return predict(self, [texts] if isinstance(texts, str) else list(texts), task=task,
-                           batch_size=batch_size, max_length=max_length, precision=precision)
-        split = text_split(texts, pairs)
+            if pairs is not None:
+                from ptmlab.train.spans import question_pairs
+
+                texts = question_pairs(texts, pairs, span_kind(self.path))
+            return predict(self, texts, task=task, batch_size=batch_size, max_length=max_length, precision=precision)
+        col, pair_col = run_columns(self.config)
+        split = prediction_split(texts, text_col or col, text_pair_col or pair_col, pairs)
         head = model_head(self.model, task)
         return predict_split(self.model, self.tokenizer, split, head, max_length or self.max_length, batch_size,
                              precision)

@@ -12,8 +12,11 @@ def register(sub) -> None:
 
     p = sub.add_parser("predict", help="label a file of texts with a trained run",
                        description="Run a trained model over a csv/tsv/jsonl/parquet/arrow file (no labels needed) "
-                                   "and write one prediction per row (label, score, every label's probability; a "
-                                   "regression head's score) to OUTPUT/predictions.jsonl (or .csv).")
+                                   "and write one prediction per row to OUTPUT/predictions.jsonl (or .csv): a "
+                                   "classifier's label, score and every label's probability; a regression head's "
+                                   "score; a tagger's words, tags and entity groups (entity_group, score, word, "
+                                   "start, end); a QA run's answer span, its probability (score) and logit sum "
+                                   "(logit_score).")
     p.add_argument("model", metavar="RUN_DIR", help="a run directory (finetune, distill, prune, ...)")
     p.add_argument("--config", help="YAML file with options (flags override it)")
     add_config_args(p, PredictConfig)

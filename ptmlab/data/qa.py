@@ -10,7 +10,8 @@ window is read in several, consecutive windows overlapping by ``doc_stride`` tok
 training window whose context part does not hold the whole first answer is labelled with position 0 ([CLS]).
 Answers: the best-scoring span (start logit + end logit) over every window of an example, with the start no later
 than the end and at most ``max_answer_length`` tokens, mapped back to characters of the original context; the
-answer text is always ``context[start:end]``.
+answer text is always ``context[start:end]``. Its ``score`` is the span's probability in its window (p_start *
+p_end, as the transformers question-answering pipeline), its ``logit_score`` the logit sum.
 """
 
 from __future__ import annotations
@@ -301,14 +302,24 @@ class Answer:
     text: str
     start: int  # character offsets into the context: text == context[start:end]
     end: int
-    score: float  # start logit + end logit
-    probability: float  # softmax of the score over the example's n-best candidates
+    score: float  # p_start * p_end: the span's probability in its window, as the transformers QA pipeline gives it
+    probability: float  # softmax of the logit scores over the example's n-best candidates
+    logit_score: float = float("-inf")  # start logit + end logit: what picks the answer
+
+
+def _window_probs(logits: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Softmax of one window's start (or end) logits over the positions in ``keep``; 0 elsewhere."""
+    x = np.where(keep, logits, -np.inf)
+    e = np.exp(x - x.max())
+    return e / e.sum()
 
 
 def best_answers(split: QASplit, feats: QAFeatures, start_logits, end_logits, n_best: int = 20,
                  max_answer_length: int = 30) -> list[Answer]:
-    """The best span of every example over all its windows. Logits: one array per window (any padding beyond the
-    window's tokens is ignored)."""
+    """The best span of every example over all its windows: the highest start + end logits. Its ``score`` is
+    p_start * p_end, each a softmax over the window's context tokens and its first ([CLS]) token, as the
+    transformers question-answering pipeline scores a span (question tokens and padding take no share). Logits: one
+    array per window (any padding beyond the window's tokens is ignored)."""
     by_example: dict[int, list[int]] = {}
     for f, ex in enumerate(feats.example):
         by_example.setdefault(ex, []).append(f)
@@ -321,6 +332,11 @@ def best_answers(split: QASplit, feats: QAFeatures, start_logits, end_logits, n_
             s_log = np.asarray(start_logits[f][:n], dtype=np.float64)
             e_log = np.asarray(end_logits[f][:n], dtype=np.float64)
             ctx = np.array([o is not None for o in offs])
+            if not ctx.any():
+                continue
+            keep = ctx.copy()
+            keep[0] = True  # [CLS]: the "no answer in this window" position stays in the normalisation
+            p_start, p_end = _window_probs(s_log, keep), _window_probs(e_log, keep)
             s_masked = np.where(ctx, s_log, -np.inf)
             e_masked = np.where(ctx, e_log, -np.inf)
             top_s = [t for t in np.argsort(-s_masked)[:n_best] if ctx[t]]
@@ -329,18 +345,18 @@ def best_answers(split: QASplit, feats: QAFeatures, start_logits, end_logits, n_
                 for e in top_e:
                     if e < s or e - s + 1 > max_answer_length:
                         continue
-                    cands.append((float(s_log[s] + e_log[e]), offs[s][0], offs[e][1]))
+                    cands.append((float(s_log[s] + e_log[e]), offs[s][0], offs[e][1], float(p_start[s] * p_end[e])))
         context = split.contexts[i]
         if not cands:
-            out.append(Answer("", 0, 0, float("-inf"), 0.0))
+            out.append(Answer("", 0, 0, 0.0, 0.0))
             continue
         cands.sort(key=lambda c: -c[0])
         cands = cands[:n_best]
         scores = np.array([c[0] for c in cands])
         probs = np.exp(scores - scores.max())
         probs /= probs.sum()
-        score, cs, ce = cands[0]
-        out.append(Answer(context[cs:ce], cs, ce, score, float(probs[0])))
+        logit, cs, ce, span_prob = cands[0]
+        out.append(Answer(context[cs:ce], cs, ce, span_prob, float(probs[0]), logit))
     return out
 
 
