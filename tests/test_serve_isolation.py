@@ -141,8 +141,9 @@ def test_authentication_comes_before_the_body(victim, store):
 
 def test_timed_out_and_over_budget_work_is_not_computed(victim, store):
     key = store.create_key("k", daily_budget=3)
-    with serve_in_thread(create_app(str(victim), ServeConfig(detector=False, max_wait_ms=1500, timeout=0.3),
-                                    store)) as url:
+    slow = ServeConfig(detector=False, max_wait_ms=100, timeout=0.3)
+    object.__setattr__(slow, "max_wait_ms", 1500)  # a batcher slower than the timeout (refused as a setting)
+    with serve_in_thread(create_app(str(victim), slow, store)) as url:
         r = post(url, key, {"texts": ["great"]})
         assert r.status_code == 408
         time.sleep(2.0)  # the batcher reached the request after its client stopped waiting

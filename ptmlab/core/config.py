@@ -57,6 +57,13 @@ def _base_type(tp: Any) -> Any:
     return tp
 
 
+def _nullable(cls) -> set[str]:
+    """Fields whose type admits None (``X | None``)."""
+    hints = typing.get_type_hints(cls)
+    return {name for name, tp in hints.items()
+            if typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)}
+
+
 def _field_types(cls) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: _base_type(hints[f.name]) for f in dataclasses.fields(cls)}
@@ -155,6 +162,7 @@ def build_config(cls: type[C], values: dict[str, Any], source: str = "options") 
     so older YAML files, run records and transformers' ``TrainingArguments`` names load."""
     types_ = _field_types(cls)
     known = {f.name for f in dataclasses.fields(cls)}
+    nullable = _nullable(cls)
     renamed = {old.lstrip("-").replace("-", "_"): f.name for f in dataclasses.fields(cls)
                for old in (*f.metadata.get("deprecated", ()), *f.metadata.get("aliases", ()))}
     kwargs = {}
@@ -165,6 +173,10 @@ def build_config(cls: type[C], values: dict[str, Any], source: str = "options") 
             k = renamed[k]
         if k not in known:
             raise PtmlabError(f"unknown option '{k}' in {source}: {did_you_mean(k, known | set(renamed))}")
+        if v is None and k not in nullable:
+            default = next(f.default for f in dataclasses.fields(cls) if f.name == k)
+            shown = "" if default is dataclasses.MISSING else f" (default: {default})"
+            raise PtmlabError(f"option '{k}' in {source} is empty (null): give it a value{shown} or leave it out")
         kwargs[k] = _coerce(v, types_[k], k)
     cfg = cls(**kwargs)
     validate = getattr(cfg, "validate", None)

@@ -120,9 +120,9 @@ def _checked(r, n: int) -> dict:
     """The body of a 200 answer to ``n`` texts, checked field by field (labels and probabilities as numbers)."""
     try:
         out = r.json()
-    except ValueError:
-        raise PtmlabError(f"the victim answered 200 with a body that is not JSON ({_clip(r.text)}): is --victim a "
-                          f"ptmlab serve URL?") from None
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than a parser should follow
+        raise PtmlabError(f"the victim answered 200 with a body that is not JSON or nests too deep "
+                          f"({_clip(r.text)}): is --victim a ptmlab serve URL?") from None
 
     def bad(why: str):
         return PtmlabError(f"the victim's answer is malformed ({why}): is --victim a ptmlab serve URL?")
@@ -135,6 +135,9 @@ def _checked(r, n: int) -> dict:
     if preds and all(isinstance(p, dict) and "score" in p and "label_id" not in p for p in preds):
         raise PtmlabError(f"the victim answered task '{_clip(out.get('task'))}' with scores, not labels: extraction "
                           f"needs a classification head")  # a regression head (a multi-task victim's default task)
+    if preds and all(isinstance(p, dict) and "label_ids" in p and "label_id" not in p for p in preds):
+        raise PtmlabError("the victim answers label sets (a multi-label model): multi-label tasks are not supported by "
+                          "extraction, which copies single-label classifiers")
     if not isinstance(names, list) or not 2 <= len(names) <= 10_000 or not all(isinstance(x, str) for x in names):
         raise bad(f"'label_names' is {_clip(names)}, not a list of at least two names")
     if not isinstance(policy, str):
@@ -145,8 +148,8 @@ def _checked(r, n: int) -> dict:
             raise bad(f"prediction {_clip(p)} has no label id in 0..{len(names) - 1}")
         probs = p.get("probs")
         if probs is not None and not (isinstance(probs, list) and len(probs) == len(names) and all(
-                isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in probs)):
-            raise bad(f"prediction {_clip(p)} has probabilities that are not {len(names)} finite numbers")
+                isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x <= 1 for x in probs)):
+            raise bad(f"prediction {_clip(p)} has probabilities that are not {len(names)} numbers in [0, 1]")
     return out
 
 
@@ -160,5 +163,5 @@ def _msg(r) -> str:
     try:
         body = r.json()
         return _clip(body.get("error", r.text) if isinstance(body, dict) else r.text, 300)
-    except ValueError:
+    except (ValueError, RecursionError):
         return _clip(r.text, 300)

@@ -43,7 +43,7 @@ def read_queries(path: str | Path) -> tuple[list[str], list[str] | None]:
         try:
             d = json.loads(text)
             return [str(t) for t in d["texts"]], ([str(t) for t in d["text_pairs"]] if d.get("text_pairs") else None)
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, RecursionError) as e:  # RecursionError: nested too deep
             raise PtmlabError(f"--queries '{path}' is not a queries.json ({type(e).__name__}): pass a JSON with "
                               f"\"texts\" or a text file") from None
     return [line for line in text.splitlines() if line.strip()], None

@@ -30,6 +30,7 @@ import numpy as np
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.io import atomic_write_json
 from ptmlab.data.wordlists import FUNCTION_WORDS
+from ptmlab.serve.confusables import skeleton
 
 WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 FEATURES = ("mean_zipf", "std_zipf", "frac_common", "frac_rare", "frac_unknown")
@@ -37,25 +38,13 @@ MIN_CONTENT = 3
 VERSION = 3  # features read canonical text
 
 
-# letters of other scripts drawn like Latin ones (the common homoglyphs of Unicode's confusables list)
-LOOKALIKES = str.maketrans({
-    "а": "a", "в": "b", "е": "e", "ё": "e", "к": "k", "м": "m", "н": "h", "о": "o", "р": "p", "с": "c", "т": "t",
-    "у": "y", "х": "x", "і": "i", "ї": "i", "ј": "j", "ѕ": "s", "ԁ": "d", "ԛ": "q", "ԝ": "w", "һ": "h", "ӏ": "l",
-    "α": "a", "β": "b", "ε": "e", "η": "n", "ι": "i", "κ": "k", "ν": "v", "ο": "o", "ρ": "p", "τ": "t", "υ": "u",
-    "χ": "x", "ɡ": "g", "ı": "i", "ȷ": "j", "ℓ": "l"})
 _INSIDE_WORD = re.compile(r"(?<=[^\W\d_])[^\w\s']+(?=[^\W\d_])")
 
 
 def canonical(text: str) -> str:
     """The text as the detector judges it (see the module docstring): folded, unaccented, lower-case, without
     invisible characters, homoglyphs read as Latin and punctuation inside words resolved (``_rejoin``)."""
-    import unicodedata
-
-    text = unicodedata.normalize("NFKC", text)
-    text = "".join(c for c in unicodedata.normalize("NFD", text)
-                   if unicodedata.category(c) not in ("Mn", "Cf", "Cc") or c in "\n\t")
-    text = text.casefold().translate(LOOKALIKES)
-    return re.sub(r"\S+", _rejoin, text)
+    return re.sub(r"\S+", _rejoin, skeleton(text))
 
 
 def _rejoin(m: re.Match) -> str:

@@ -107,6 +107,7 @@ class Admission:
 
 
 MAX_RATE = 1e9  # texts per second, and texts a bucket holds
+MIN_RATE = 1e-6  # texts per second: one text every 11.6 days refills; slower is a typo (and overflows a wait)
 MAX_BUDGET = 10**15  # texts per day (SQLite and PostgreSQL integers hold 2**63)
 MAX_NAME = 64
 
@@ -115,6 +116,9 @@ def check_limits(rate: float, burst: float, daily_budget: int) -> None:
     if not (math.isfinite(rate) and math.isfinite(burst)) or rate <= 0 or burst < 1 or daily_budget < 1:
         raise PtmlabError(f"limits must be finite and positive (rate {rate:.6g}, burst {burst:.6g}, daily budget "
                           f"{daily_budget:.6g}): pass --rate > 0, --burst >= 1, --daily-budget >= 1")
+    if rate < MIN_RATE:
+        raise PtmlabError(f"--rate {rate:.6g} is below {MIN_RATE:g} texts per second: pass a larger rate (revoke a "
+                          f"key instead of starving it)")
     if rate > MAX_RATE or burst > MAX_RATE or daily_budget > MAX_BUDGET:
         raise PtmlabError(f"limits too large (rate {rate:.6g}, burst {burst:.6g}, daily budget {daily_budget:.6g}): "
                           f"pass --rate and --burst <= {MAX_RATE:g}, --daily-budget <= {MAX_BUDGET:g}")
@@ -201,11 +205,24 @@ class Store:
         """A new key (returned once, never stored in clear)."""
         name = check_name(name)
         check_limits(rate, burst, daily_budget)
+        self._refuse_lookalike(name)
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         self._write(lambda cur: self._x(cur, "INSERT INTO keys (name, key_hash, created, rate, burst, daily_budget) "
                                              "VALUES (?, ?, ?, ?, ?, ?)",
                                         (name, hash_key(key), time.time(), rate, burst, daily_budget)))
         return key
+
+    def _refuse_lookalike(self, name: str) -> None:
+        """A name that looks like another key's but is spelt otherwise (Cyrillic "а" for Latin "a", a full-width
+        letter, a zero-width space) would be mistaken for it in every listing and log: refused."""
+        from ptmlab.serve.confusables import skeleton
+
+        seen = skeleton(name)
+        for k in self.list_keys():
+            if k.name != name and skeleton(k.name) == seen:
+                raise PtmlabError(f"key name '{printable_name(name)}' looks like the name of key {k.id} "
+                                  f"('{printable_name(k.name)}') but is spelt with other characters: pass a name "
+                                  f"that reads differently")
 
     _KEY_COLS = "id, name, created, revoked, rate, burst, daily_budget"
 
