@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import json
 import random
+import sys
 
 import pytest
 
@@ -53,10 +55,13 @@ def test_query_generators_follow_the_paper(tmp_path):
         make_queries("wiki", 5, train, 0, pair=False, corpus=str(tmp_path / "none"))
 
 
-def test_extraction_copies_the_victim_and_respects_rate_limits(victim, tmp_path):
+def test_extraction_copies_the_victim_and_respects_rate_limits(victim, tmp_path, monkeypatch):
     store = open_store(str(tmp_path / "home"))
     key = store.create_key("thief", rate=60, burst=40)  # texts per second, texts at once
     with serve_in_thread(create_app(str(victim), ServeConfig(detector=False), store)) as url:
+        typed = ["ptmlab", "extract", "--victim", url.replace("://", "://user:hunter2@"), "--key", key,
+                 f"--key={key}", "--output", str(tmp_path / "copy")]
+        monkeypatch.setattr(sys, "argv", typed)  # the command line the run records
         client = VictimClient(url, key, chunk=32)
         s = run_extract(_cfg(victim, tmp_path / "copy", curve=["60"]), client)
     assert s["soft_labels"] and s["policy"] == "probs"
@@ -71,6 +76,11 @@ def test_extraction_copies_the_victim_and_respects_rate_limits(victim, tmp_path)
               "curve/budget-60/summary.json"):
         assert (tmp_path / "copy" / f).is_file(), f
     assert "key: '***'" in (tmp_path / "copy" / "config.yaml").read_text()  # the API key is not written
+    recorded = json.loads((tmp_path / "copy" / "summary.json").read_text())["provenance"]["command_line"]
+    assert key not in recorded and "hunter2" not in recorded
+    assert "--key '***'" in recorded or "--key ***" in recorded
+    assert not any(key in f.read_text(errors="ignore") for f in (tmp_path / "copy").rglob("*") if f.is_file()
+                   and f.suffix in (".json", ".yaml", ".md", ".html", ".jsonl"))
 
 
 def test_label_only_policy_gives_hard_labels(victim, tmp_path):

@@ -33,12 +33,45 @@ def api_call(text: str):
         _API_CALL.reset(token)
 
 
+# options whose values are secrets: written as *** wherever a command line or call is recorded
+SECRET_OPTIONS = ("key", "api_key", "token", "hf_token", "password", "secret", "victim_key")
+_SECRET_FLAGS = {"--" + name.replace("_", "-") for name in SECRET_OPTIONS}
+_URL_CREDENTIALS = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s'\"]+@")
+_SECRET_KEYWORD = re.compile(r"\b(" + "|".join(SECRET_OPTIONS) + r")=('[^']*'|\"[^\"]*\"|\S+?)(?=[,)\s]|$)")
+
+
+def redact_url(text: str) -> str:
+    """``text`` with the credentials of every URL in it (``https://user:password@host``) written as ``***``."""
+    return _URL_CREDENTIALS.sub(r"\1***@", text)
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line with the values of secret flags (``--key K``, ``--key=K``) and URL credentials as ``***``."""
+    out, hide = [], False
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if hide:
+            out.append("***")
+        elif flag in _SECRET_FLAGS and "=" in arg:
+            out.append(f"{flag}=***")
+        else:
+            out.append(redact_url(arg))
+        hide = not hide and arg in _SECRET_FLAGS
+    return out
+
+
+def redact_call(text: str) -> str:
+    """An API call (``ptmlab.x(..., key='K')``) with secret keywords and URL credentials as ``***``."""
+    return redact_url(_SECRET_KEYWORD.sub(r"\1='***'", text))
+
+
 def command_line() -> str:
-    argv = list(sys.argv)
+    """The command that made the run, secrets written as ``***``."""
+    argv = redact_argv(list(sys.argv))
     call = _API_CALL.get()
     python = shlex.join(["python", *argv]) if argv and argv[0] else "python"
     if call:
-        return f"{call} (in {python})"
+        return f"{redact_call(call)} (in {python})"
     if argv and (Path(argv[0]).name == "ptmlab" or Path(argv[0]).parts[-2:] == ("ptmlab", "__main__.py")):
         return shlex.join(["ptmlab", *argv[1:]])
     return python

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from ptmlab.core.config import config_to_dict, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.io import atomic_write_json
+from ptmlab.core.provenance import redact_url
 from ptmlab.core.rundir import RunDir, check_output_dir
 from ptmlab.extraction.client import Answers, VictimClient
 from ptmlab.train.args import DataArgs, ModelArgs, TrainArgs
@@ -74,6 +75,10 @@ def run_extract(cfg: ExtractConfig, client: VictimClient | None = None) -> dict:
     spec = data.spec
     if spec.kind == "regression":
         raise PtmlabError(f"task '{spec.name}' is a regression task: extraction supports classification tasks")
+    from ptmlab.data.labels import refuse_multi_label
+
+    refuse_multi_label(spec.kind, "extraction", f"task '{spec.name}' has label sets; extraction copies single-label "
+                                                f"classifiers")
     dev = data.splits["dev"]
     texts, pairs = make_queries(cfg.query_strategy, cfg.budget, data.splits["train"], cfg.seed, spec.is_pair,
                                 cfg.corpus)
@@ -82,7 +87,7 @@ def run_extract(cfg: ExtractConfig, client: VictimClient | None = None) -> dict:
     answers = client.query(texts, pairs, desc="query victim")
     victim_dev, eval_queries = victim_dev_labels(cfg, client, dev, answers.label_names)
     run = RunDir.create(cfg.output, cfg.overwrite)
-    run.write_config(config_to_dict(dataclasses.replace(cfg, key="***")), "extract")
+    run.write_config(config_to_dict(dataclasses.replace(cfg, key="***", victim=redact_url(cfg.victim))), "extract")
     atomic_write_json(run.file("queries.json"), {"texts": texts, "text_pairs": pairs, "labels": answers.labels,
                                                  "probs": answers.probs, "label_names": answers.label_names})
     task_names = label_names(data)
