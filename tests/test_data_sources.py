@@ -60,7 +60,8 @@ def test_label_kind_auto_never_turns_integers_into_regression():
     data = load_source(ints)
     assert data.spec.kind == "classification" and data.spec.labels == ("0", "1", "2")
     tens = load_source([{"text": f"t{i}", "label": [2, 10][i % 2]} for i in range(6)])
-    assert tens.spec.labels == ("2", "10")  # numeric order, not string order
+    assert tens.spec.labels == tuple(str(i) for i in range(11))  # integers are their own class ids, 0 to 10
+    assert tens.splits["train"].label[:2] == [2, 10]
     scores = load_source([{"text": f"t{i}", "label": i / 3} for i in range(6)])
     assert scores.spec.kind == "regression" and scores.splits["train"].label[1] == pytest.approx(1 / 3)
     whole = [{"text": f"t{i}", "label": float(i % 2)} for i in range(6)]

@@ -29,6 +29,10 @@ def load_analysis_input(model_name: str, cfg, attn_implementation: str | None = 
 
     name = split or cfg.split
     data = load_task_data(cfg, need_train=False)
+    from ptmlab.data.labels import refuse_multi_label
+
+    refuse_multi_label(data.spec.kind, "the analyses", f"task '{data.spec.name}' has label sets; analyse a "
+                                                       f"single-label task")
     split = data.split(name)
     if split.label is None:
         raise PtmlabError(f"the '{name}' split of task '{data.spec.name}' has no labels: analyse 'dev'")

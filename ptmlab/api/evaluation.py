@@ -8,16 +8,15 @@ from pathlib import Path
 
 from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
-from ptmlab.train.args import DataArgs, LongArgs
+from ptmlab.train.args import PRECISION_HELP, PRECISIONS, DataArgs, LongArgs
 
 
 @dataclass(frozen=True)
 class EvaluateConfig(LongArgs, DataArgs):
     split: str = opt("dev", "split to evaluate: dev, test or train")
     eval_batch_size: int = opt(128, "batch size")
-    precision: str = opt("auto", "fp32, bf16 (autocast), or auto: as finetune, bf16 where the hardware has fast bf16 "
-                                 "(so a run's dev metric is reproduced on the machine that trained it), else fp32",
-                         choices=["auto", "fp32", "bf16"])
+    precision: str = opt("auto", f"{PRECISION_HELP}; auto as finetune, so a run's dev metric is reproduced on the "
+                                 f"machine that trained it", choices=list(PRECISIONS))
     seed: int = opt(42, "seed for --max-eval subsets")
     output: str | None = opt(None, "directory for evaluation.json (default: printed only)")
 
@@ -139,18 +138,23 @@ def _in_model_label_order(model, data) -> None:
 
     if spec.name in TASKS or list(map(str, spec.labels)) == saved:
         return
-    unknown = sorted(set(map(str, spec.labels)) - set(saved))
+    used = set()  # the classes the data holds (integer classes name every id up to the largest)
+    for other in data.splits.values():
+        for x in other.label or []:
+            used.update([i for i, on in enumerate(x) if on] if spec.kind == "multi-label" else [x])
+    unknown = sorted({str(spec.labels[i]) for i in used} - set(saved))
     if unknown:
         raise PtmlabError(f"the evaluation data has label(s) {', '.join(unknown)} that the model does not know (it "
                           f"predicts {', '.join(saved)}): evaluate on data with the run's labels")
-    remap = {i: saved.index(str(name)) for i, name in enumerate(spec.labels)}
+    remap = {i: saved.index(str(name)) for i, name in enumerate(spec.labels) if str(name) in saved}
     data.spec = dataclasses.replace(spec, labels=tuple(saved))
     for name, other in data.splits.items():
         if other.label is not None and spec.kind == "multi-label":  # multi-hot rows over the model's labels
             rows = [[0] * len(saved) for _ in other.label]
             for row, old in zip(rows, other.label, strict=True):
                 for i, on in enumerate(old):
-                    row[remap[i]] = on
+                    if on:
+                        row[remap[i]] = 1
             data.splits[name] = dataclasses.replace(other, label=rows)
         elif other.label is not None:
             data.splits[name] = dataclasses.replace(other, label=[remap[x] for x in other.label])

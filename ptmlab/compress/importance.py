@@ -23,6 +23,7 @@ from ptmlab.core.progress import progress
 from ptmlab.core.registry import Registry
 from ptmlab.data.batching import collate, eval_batches
 from ptmlab.data.encode import Encoded
+from ptmlab.data.labels import is_multi_label
 from ptmlab.models.loader import model_inputs
 from ptmlab.models.structure import structure_of
 from ptmlab.train.spans import is_span_batch, span_task_loss, token_loss
@@ -51,6 +52,11 @@ def _batches(model, enc: Encoded, pad_id: int, batch_size: int) -> list[dict]:
 
 def _loss(model, batch: dict, use_labels: bool) -> torch.Tensor:
     """Summed loss of the batch: gold labels when present and wanted, else the model's own predictions."""
+    if is_multi_label(model.config):  # binary cross-entropy per class, against the label sets or its own
+        logits = model(**model_inputs(model, batch)).logits.float()
+        labels = batch.get("labels") if use_labels else None
+        target = labels.float() if labels is not None else (logits >= 0).float().detach()  # sigmoid >= 0.5
+        return F.binary_cross_entropy_with_logits(logits, target, reduction="none").mean(-1).sum()
     if is_span_batch(batch):
         return _span_loss(model, batch, use_labels)
     logits = model(**model_inputs(model, batch)).logits

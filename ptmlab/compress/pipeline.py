@@ -261,6 +261,7 @@ def run_compress(cfg: CompressConfig, source=None) -> list[dict]:
     data = load_task_data(cfg, source=source)
     tokenizer = load_tokenizer(cfg.model)
     model = load_model(cfg.model, num_labels=data.spec.num_labels, regression=data.spec.kind == "regression",
+                       multi_label=data.spec.kind == "multi-label",
                        label_names=label_names(data))
     from ptmlab.compress.ghost import check_no_ghost
 

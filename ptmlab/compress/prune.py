@@ -96,7 +96,8 @@ def _step_fraction(total_fraction: float, step: int, steps: int, removed_before:
     return max(0.0, min(0.9999, (goal - removed_before) / remaining)) if remaining > 0 else 0.0
 
 
-def distill_loss(teacher, alpha: float, temperature: float = 2.0, regression: bool = False):
+def distill_loss(teacher, alpha: float, temperature: float = 2.0, regression: bool = False,
+                 multi_label: bool = False):
     """Per-example recovery loss: ``soft_ce`` (alpha x T^2 KL to ``teacher``'s logits + (1 - alpha) x the label
     loss), for the Trainer's ``loss_fn``. Teacher logits are computed once per training example (by the batch's
     example ids) and reused in later epochs."""
@@ -121,7 +122,8 @@ def distill_loss(teacher, alpha: float, temperature: float = 2.0, regression: bo
             for j, row in zip(todo, t, strict=True):
                 cache[idx[j]] = row
         t_logits = torch.stack([cache[i] for i in idx]).to(logits.device)
-        ctx = LossContext(batch["attention_mask"], batch.get("labels"), regression, temperature, alpha)
+        ctx = LossContext(batch["attention_mask"], batch.get("labels"), regression, temperature, alpha,
+                          multi_label=multi_label)
         return soft_ce(logits, t_logits, ctx)
 
     return loss
@@ -137,7 +139,7 @@ def teacher_loss(model, data, tokenizer, cfg):
     kind = data.spec.kind
     if kind not in SPAN_KINDS:
         return distill_loss(copy.deepcopy(model).eval(), cfg.distill_alpha, cfg.distill_temperature,
-                            kind == "regression")
+                            kind == "regression", kind == "multi-label")
     from ptmlab.data.encode import encode_split
     from ptmlab.distill.spans import span_kd_loss
     from ptmlab.train.spans import span_logits

@@ -75,5 +75,6 @@ def collate(enc: Encoded, idx: list[int], pad_id: int, regression: bool = False,
         batch["token_type_ids"] = tt
     if enc.labels is not None:
         labels = [enc.labels[i] for i in idx]
-        batch["labels"] = torch.tensor(labels, dtype=torch.float if regression else torch.long)
+        multi_hot = isinstance(labels[0], list | tuple)  # multi-label: a float row of 0/1 per example
+        batch["labels"] = torch.tensor(labels, dtype=torch.float if regression or multi_hot else torch.long)
     return batch

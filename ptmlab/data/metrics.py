@@ -70,6 +70,48 @@ def spearman(preds, refs) -> float:
     return float(spearmanr(preds, refs)[0])
 
 
+# ---------------------------------------------------------------------------------------------------- multi-label
+# predictions and references are multi-hot rows [n, labels] (a 1-D array of class ids reads as one class per row)
+THRESHOLD_GRID = tuple(round(0.05 * k, 2) for k in range(1, 20))  # 0.05, 0.10, ..., 0.95
+
+
+def _micro_counts(preds, refs) -> tuple[float, float, float]:
+    p, r = np.asarray(preds).astype(bool), np.asarray(refs).astype(bool)
+    return float(np.sum(p & r)), float(np.sum(p & ~r)), float(np.sum(~p & r))
+
+
+@METRICS.register("micro_f1")
+def micro_f1(preds, refs) -> float:
+    """F1 over every (example, label) decision pooled: 2 TP / (2 TP + FP + FN); for one class per example, the
+    accuracy. 0 when nothing is predicted or present."""
+    p, r = np.asarray(preds), np.asarray(refs)
+    if p.ndim == 1:
+        return accuracy(p, r)
+    tp, fp, fn = _micro_counts(p, r)
+    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+
+
+@METRICS.register("subset_accuracy")
+def subset_accuracy(preds, refs) -> float:
+    """Share of examples whose predicted label set is exactly the gold set (exact match)."""
+    p, r = np.asarray(preds), np.asarray(refs)
+    if not len(r):
+        return float("nan")
+    return float((p == r).all(-1).mean()) if p.ndim > 1 else accuracy(p, r)
+
+
+def best_threshold(probs, refs, grid=THRESHOLD_GRID) -> float:
+    """The decision threshold on ``grid`` whose label sets (every class with probability >= it) have the highest
+    micro-F1 against ``refs``; ties go to the threshold nearest 0.5."""
+    probs, refs = np.asarray(probs, dtype=float), np.asarray(refs)
+    best, best_f1 = 0.5, -1.0
+    for t in sorted(grid, key=lambda t: (abs(t - 0.5), t)):
+        f1_t = micro_f1((probs >= t).astype(int), refs)
+        if f1_t > best_f1 + 1e-12:
+            best, best_f1 = float(t), f1_t
+    return best
+
+
 def compute_metrics(names, preds, refs) -> dict[str, float]:
     return {n: METRICS.get(n)(preds, refs) for n in names}
 

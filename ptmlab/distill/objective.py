@@ -20,8 +20,9 @@ class DistillObjective(nn.Module):
 
     def __init__(self, student: nn.Module, matches: list[Match], teacher_out: TeacherOutputs, student_info: ModelInfo,
                  teacher_info: ModelInfo, *, temperature: float = 2.0, alpha: float = 0.5, regression: bool = False,
-                 relation_heads: int | None = None, span: str | None = None):
+                 relation_heads: int | None = None, span: str | None = None, multi_label: bool = False):
         super().__init__()
+        self.multi_label = multi_label  # a sigmoid per class (soft_ce's binary KL, BCE to the label sets)
         self.span = span  # None (a label per example), "tokens" (a tag per token), "positions" (answer start/end)
         self.matches = matches
         self.teacher_out = teacher_out
@@ -42,7 +43,8 @@ class DistillObjective(nn.Module):
         out = self.tap.run(model, model_inputs(model, batch))
         mask = batch["attention_mask"]
         idx = batch["index"].tolist()
-        ctx = LossContext(mask, batch_labels(batch), self.regression, self.temperature, self.alpha, self.span)
+        ctx = LossContext(mask, batch_labels(batch), self.regression, self.temperature, self.alpha, self.span,
+                          self.multi_label)
         total = torch.zeros(len(idx), device=mask.device)
         parts: dict[str, float] = {}
         for j, m in enumerate(self.matches):

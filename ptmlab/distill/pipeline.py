@@ -17,6 +17,7 @@ import numpy as np
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.rundir import RunDir
 from ptmlab.core.seed import set_seed
+from ptmlab.data.labels import MULTI_LABEL, PROBLEM_TYPE, decision_threshold
 from ptmlab.data.tasks import SPAN_KINDS
 from ptmlab.distill.config import DistillConfig
 from ptmlab.distill.matches import Match, ModelInfo, check_matches, default_matches, parse_losses, parse_matches
@@ -107,10 +108,13 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
 
         return run_span_distill(cfg, session, data, command, resume)
     spec, labels, regression = data.spec, label_names(data), data.spec.kind == "regression"
+    multi_label = spec.kind == MULTI_LABEL  # sigmoid soft targets (soft_ce's binary KL), label sets
     teacher = load_teacher(cfg.teacher, spec, labels)
     t_tok = load_tokenizer(cfg.teacher)
     set_seed(cfg.seed)
     student = build_student(cfg.student, teacher, spec.num_labels, regression, labels)
+    if multi_label:
+        student.config.problem_type = PROBLEM_TYPE
     own_tokenizer = not cfg.student.startswith(BUILT_FROM_TEACHER)
     s_tok = load_tokenizer(cfg.student) if own_tokenizer else t_tok
     s_info, t_info = ModelInfo.of(student), ModelInfo.of(teacher)
@@ -144,7 +148,8 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
 
     mark_stage(run, "teacher outputs", examples=len(t_train), cache=cfg.teacher_cache)
     t_out = outputs(t_train, needs, "train")
-    teacher_dev_preds = logits_to_predictions(outputs(t_dev, set(), "dev").logits(len(t_dev)).numpy(), spec)
+    teacher_dev_preds = logits_to_predictions(outputs(t_dev, set(), "dev").logits(len(t_dev)).numpy(), spec,
+                                              decision_threshold(teacher.config) if multi_label else None)
     teacher_metrics = compute_metrics(spec.metrics, teacher_dev_preds, enc["dev"].labels)
     general = None
     if cfg.general_text and not resume:
@@ -153,7 +158,8 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
         g_enc = text_examples(cfg.general_text, t_tok, cfg.max_length, cfg.general_examples, cfg.seed)
         general = (g_enc, outputs(g_enc, needs, "general text"))
 
-    kw = dict(temperature=cfg.temperature, alpha=cfg.alpha, regression=regression, relation_heads=relation_heads)
+    kw = dict(temperature=cfg.temperature, alpha=cfg.alpha, regression=regression, relation_heads=relation_heads,
+              multi_label=multi_label)
     fit, objective, stage_log = train_stages(
         cfg, session, run, student, s_tok, data, enc, plan_stages(cfg, matches, train_enc, t_out, general),
         s_info, t_info, kw, resume,
@@ -245,8 +251,12 @@ def restart_unless_checkpointed(cfg, resume: bool):
 
 
 def agreement(student_preds: np.ndarray, teacher_preds: np.ndarray, regression: bool) -> float:
-    """Share of examples where student and teacher predict the same label (Pearson r for regression)."""
+    """Share of examples where student and teacher predict the same label, or the same label set (multi-label);
+    Pearson r for regression."""
     s, t = np.asarray(student_preds), np.asarray(teacher_preds)
     if regression:
         return float(np.corrcoef(s, t)[0, 1]) if len(s) > 1 else float("nan")
-    return float((s == t).mean()) if len(s) else float("nan")
+    same = s == t
+    if same.ndim > 1:  # multi-hot rows: the whole set must agree
+        same = same.all(-1)
+    return float(same.mean()) if len(s) else float("nan")

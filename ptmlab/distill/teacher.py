@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ptmlab.core.errors import PtmlabError
+from ptmlab.data.labels import MULTI_LABEL, is_multi_label
 from ptmlab.data.tasks import TaskSpec
 
 
@@ -32,7 +33,7 @@ def load_teacher(name: str, spec: TaskSpec, labels: list[str] | None) -> nn.Modu
                               f"teacher fine-tuned on {spec.name} or pass --task {trained_on}")
     if name in ZOO:  # an untrained head: usable for general distillation and tests, flagged in the summary
         model = load_model(name, num_labels=spec.num_labels, regression=spec.kind == "regression",
-                           label_names=labels)
+                           label_names=labels, multi_label=spec.kind == MULTI_LABEL)
     else:
         model = load_model(name)
     check_labels(model, name, spec, labels)
@@ -47,6 +48,10 @@ def check_labels(model: nn.Module, name: str, spec: TaskSpec, labels: list[str] 
     if n != spec.num_labels:
         raise PtmlabError(f"teacher '{name}' has {n} outputs but task '{spec.name}' has {spec.num_labels}: use a "
                           f"teacher trained on this task")
+    if is_multi_label(model.config) != (spec.kind == MULTI_LABEL):
+        has, wants = ("multi-label", "single-label")[::1 if is_multi_label(model.config) else -1]
+        raise PtmlabError(f"teacher '{name}' is a {has} classifier but task '{spec.name}' is {wants}: use a teacher "
+                          f"fine-tuned on this task")
     saved = [model.config.id2label[i] for i in range(n)]
     if labels and saved != labels and not all(s.startswith("LABEL_") for s in saved):
         raise PtmlabError(f"teacher labels {saved} differ from the task's labels {labels}: use a teacher trained "

@@ -100,10 +100,14 @@ def logits(model, tokenizer, split, max_length: int, batch_size: int = 32) -> to
     return torch.stack(out)  # type: ignore[arg-type]
 
 
-def compare(reference: torch.Tensor, exported: torch.Tensor, task: str) -> dict:
-    """Max |logit diff| and the share of examples whose predicted label (argmax) agrees."""
+def compare(reference: torch.Tensor, exported: torch.Tensor, task: str, threshold: float | None = None) -> dict:
+    """Max |logit diff| and the share of examples whose predicted label (argmax) agrees; for a multi-label model
+    (``threshold``: its decision threshold) the share whose label sets (sigmoid >= threshold) agree."""
     diff = float((reference - exported).abs().max()) if reference.numel() else 0.0
-    if reference.shape[-1] > 1:
+    if threshold is not None:
+        same = (torch.sigmoid(reference) >= threshold) == (torch.sigmoid(exported) >= threshold)
+        agree = float(same.all(-1).float().mean()) if reference.numel() else None
+    elif reference.shape[-1] > 1:
         agree = float((reference.argmax(-1) == exported.argmax(-1)).float().mean())
     else:  # regression: no labels to agree on
         agree = None

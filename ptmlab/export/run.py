@@ -230,7 +230,10 @@ def export_model(cfg: ExportConfig) -> dict:
         exported, info = _write(model, tokenizer, cfg.format, tmp, cfg.keep_fp32, cfg.int8_mode)
         if kind == "sentence":
             reference = logits(model, tokenizer, split, length)
-            parity = compare(reference, logits(exported, tokenizer, split, length), task)
+            from ptmlab.data.labels import decision_threshold, is_multi_label
+
+            threshold = decision_threshold(model.config) if is_multi_label(model.config) else None  # label sets
+            parity = compare(reference, logits(exported, tokenizer, split, length), task, threshold)
         else:
             parity = span_parity(model, exported, tokenizer, split, task, kind, length)
         info = {"format": cfg.format, "source": str(cfg.model), **info, "parity": parity, "output": str(out)}

@@ -70,6 +70,10 @@ def check_long_model(model, cfg, data=None) -> None:
     if cfg.long_strategy == "truncate":
         check_max_length(model, cfg.max_length)
         return
+    if data is not None:
+        from ptmlab.data.labels import refuse_multi_label
+
+        refuse_multi_label(data.spec.kind, f"--long-strategy {cfg.long_strategy}", "use --long-strategy truncate")
     if data is not None and any(s.text_pair is not None for s in data.splits.values()):
         raise PtmlabError(f"--long-strategy {cfg.long_strategy} reads one text per example, but task "
                           f"'{data.spec.name}' has text pairs: use --long-strategy truncate")

@@ -144,7 +144,8 @@ def check_dropout(dropout: float | None) -> None:
 
 def load_model(name: str, num_labels: int | None = None, regression: bool = False,
                label_names: list[str] | None = None, attn_implementation: str | None = None,
-               task_head: bool | str = True, dropout: float | None = None, random_init: bool = False):
+               task_head: bool | str = True, dropout: float | None = None, random_init: bool = False,
+               multi_label: bool = False):
     """A model for sequence classification/regression (or the bare encoder with ``task_head=False``; a token
     classification or QA head with ``task_head="token-classification"`` / ``"extractive-qa"``; a saved model
     directory keeps the head it was saved with).
@@ -152,6 +153,7 @@ def load_model(name: str, num_labels: int | None = None, regression: bool = Fals
     Zoo names and directories load their weights; ``tiny`` is built from its config with random weights;
     directories whose config records ptmlab modifications (adapters, pruning...) are rebuilt first.
     ``random_init`` builds the same architecture from its config with fresh weights (seed torch first).
+    ``multi_label``: a sigmoid per class (``problem_type="multi_label_classification"``), with ``num_labels``.
     """
     from transformers import AutoConfig
 
@@ -163,6 +165,8 @@ def load_model(name: str, num_labels: int | None = None, regression: bool = Fals
         kwargs["num_labels"] = num_labels
         if regression:
             kwargs["problem_type"] = "regression"
+        elif multi_label:
+            kwargs["problem_type"] = "multi_label_classification"
         elif num_labels > 1:
             kwargs["problem_type"] = "single_label_classification"
         if label_names:

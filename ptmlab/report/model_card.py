@@ -108,7 +108,7 @@ def _flat_metrics(summary: dict) -> dict[str, float]:
     out = {}
     for split, key in (("dev", "metrics"), ("test", "test_metrics")):
         for k, v in (summary.get(key) or {}).items():
-            if isinstance(v, int | float) and not isinstance(v, bool):
+            if isinstance(v, int | float) and not isinstance(v, bool) and k != "threshold":  # a setting
                 out[f"{split} {k}"] = float(v)
     return out
 
@@ -195,6 +195,9 @@ def model_card(path: str | Path, source: str | Path | None = None, export: dict 
              "## Task and data", "",
              f"Task `{task}`" + (f" (GLUE {task.upper()}, validation split for dev metrics)" if task in GLUE else "")
              + (f"; labels: {', '.join(str(v) for v in labels.values())}" if labels else "") + ".",
+             *([f"Multi-label: a sigmoid per label; a text gets every label whose probability reaches "
+                f"{hf.get('multi_label_threshold', 0.5)} (`multi_label_threshold` in config.json, chosen on dev)."]
+               if hf.get("problem_type") == "multi_label_classification" else []),
              f"Training examples: {summary.get('train_examples', 'not recorded')}.", "",
              "## Training and compression recipe", "",
              f"Made by `ptmlab {cfg.get('command', '?')}`"

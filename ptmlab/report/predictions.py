@@ -13,9 +13,13 @@ def write_predictions(run: RunDir, split_name: str, split, preds: np.ndarray, sp
         atomic_write_json(run.file(f"predictions_{split_name}.json"), span_predictions(split, preds, spec))
         return
     gold = split.label
+    if spec.kind == "multi-label":  # a multi-hot row per example (1: the label is in the set)
+        pred = [[int(x) for x in p] for p in preds]
+    else:
+        pred = [float(p) if spec.kind == "regression" else int(p) for p in preds]
     atomic_write_json(run.file(f"predictions_{split_name}.json"), {
         "labels": labels, "kind": spec.kind,
-        "pred": [float(p) if spec.kind == "regression" else int(p) for p in preds],
+        "pred": pred,
         "gold": list(gold) if gold is not None else None,
         "ids": [i if isinstance(i, int | float) else str(i) for i in split.ids],
     })

@@ -39,6 +39,11 @@ def write_run_report(run: RunDir, extra_sections=None) -> str:
             continue  # span tasks: their per-type / EM-F1 numbers are in the metrics table
         if p["kind"] == "regression":
             rep.figure(scatter_plot(p["gold"], p["pred"], f"{split}: predictions vs gold"), f"scatter_{split}")
+        elif p["kind"] == "multi-label":  # multi-hot rows: per-label scores, no confusion matrix
+            rep.heading(f"Per-label scores ({split})", 3)
+            scores = per_class_scores(p["gold"], p["pred"], p["labels"])
+            rep.table(scores)
+            rep.figure(per_class_plot(scores, f"{split}: per-label scores"), f"per_class_{split}")
         else:
             labels = p["labels"]
             rep.figure(confusion_matrix_plot(p["gold"], p["pred"], labels, f"{split} confusion matrix"),

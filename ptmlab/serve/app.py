@@ -81,6 +81,12 @@ class Prediction(BaseModel):
     probs: list[float] | None = None
 
 
+class LabelSet(BaseModel):
+    labels: list[str]  # a multi-label model's answer: every label whose probability reaches its threshold
+    label_ids: list[int]
+    probs: list[float] | None = None  # each label's own probability (sigmoid), by the output policy
+
+
 class Score(BaseModel):
     score: float  # a regression head's answer (STS-B similarity)
 
@@ -90,7 +96,7 @@ class PredictResponse(BaseModel):
     policy: str
     task: str | None = None  # the task whose head answered (None: a model without a task name)
     label_names: list[str]
-    predictions: list[Prediction | Score | Tags | Answer]
+    predictions: list[Prediction | LabelSet | Score | Tags | Answer]
 
 
 class ErrorResponse(BaseModel):
@@ -238,7 +244,9 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
         with its labels; with --public-metrics also the model's path, the state store, the detector and the
         precision. Never touches the state store."""
         tasks = [{"name": t.name, "kind": t.kind, "labels": t.labels, "pair": t.pair} for t in info.tasks] or [
-            {"name": info.task, "kind": "classification", "labels": info.labels, "pair": info.pair}]
+            {"name": info.task, "kind": "classification" if info.threshold is None else "multi-label",
+             "labels": info.labels, "pair": info.pair, **({} if info.threshold is None else
+                                                          {"threshold": info.threshold})}]
         out = {"status": "ok" if batcher.thread.is_alive() else "degraded", "model": name,
                "model_type": info.model_type, "task": info.task, "labels": info.labels, "tasks": tasks,
                "max_length": info.max_length, "policy": policy.name}
@@ -318,6 +326,10 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
         for enc, text, pair, p in zip(encs, req.texts, pairs, probs, strict=True) if not predictor.span else ():
             if head is not None and head.regression:  # a score: no labels to hide or to watermark
                 answer.append(Score(score=policy.score(p[0])))
+                continue
+            if info.threshold is not None:  # multi-label: independent probabilities, no distribution to watermark
+                ids = [i for i, x in enumerate(p) if x >= info.threshold]
+                answer.append(LabelSet(labels=[labels[i] for i in ids], label_ids=ids, probs=policy.render(p)))
                 continue
             if watermarker is not None:
                 p, mark = watermarker.apply(predictor.tokens(enc), text, pair, p, head.name if head else None)

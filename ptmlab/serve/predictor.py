@@ -7,7 +7,9 @@ is checked against the model's position embeddings up front, so no text can inde
 A multi-task run (``ptmlab finetune --tasks ...``) has one head per task; ``info.tasks`` lists them (name, kind,
 labels, whether it reads pairs) and ``forward(encs, task)`` routes one pass through one head (the first head when no
 task is named), under a lock, since the head to use is state of the model. A classification head answers
-probabilities, a regression head (STS-B) one score per example.
+probabilities, a regression head (STS-B) one score per example, a multi-label head (``problem_type``
+``multi_label_classification``) a sigmoid probability per label, its label set being the labels at or above the
+decision threshold saved with the model (``info.threshold``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class ModelInfo:
     positions: int = 0
     parameters: int = 0
     tasks: tuple[TaskInfo, ...] = ()  # the heads of a multi-task model, the default (first) one first; () otherwise
+    threshold: float | None = None  # a multi-label model's decision threshold (None: one label per text)
 
 
 Encoding = dict[str, list[int]]
@@ -83,8 +86,11 @@ class Predictor:
         self.doc_stride = int(cfg.get("doc_stride") or 128)
         if self.span == "extractive-qa" and not max_length and (cfg.get("max_length") or 128) == 128:
             max_length = 384  # the QA window a run trains with when --max-length is left alone (data/qa.py)
+        from ptmlab.data.labels import decision_threshold, is_multi_label
+
+        self.multi_label = not self.span and not heads and is_multi_label(config)  # a sigmoid per label
         if not self.span and not heads and (getattr(config, "problem_type", None) == "regression"
-                                            or config.num_labels < 2):
+                                            or (config.num_labels < 2 and not self.multi_label)):
             raise PtmlabError(f"model '{model_dir}' is a regression model: serving supports classifiers (and the "
                               f"regression heads of multi-task runs) only")
         positions = usable_positions(config)
@@ -100,7 +106,8 @@ class Predictor:
             labels, task = heads[0].labels, heads[0].name
         self.info = ModelInfo(str(path), labels, _is_pair(task), length, task,
                               str(getattr(config, "model_type", "")), positions,
-                              sum(p.numel() for p in self.model.parameters()), heads)
+                              sum(p.numel() for p in self.model.parameters()), heads,
+                              decision_threshold(config) if self.multi_label else None)
 
     def head(self, task: str | None) -> TaskInfo | None:
         """The head answering a request for ``task`` (None: the default head); None for a single-task model.
@@ -245,7 +252,9 @@ class Predictor:
         batch = {k: v.to(device) for k, v in batch.items()}
         with autocast_ctx(self.precision, device):
             logits = self.model(**model_inputs(self.model, batch)).logits.float()
-        return logits[:, :1].tolist() if regression else torch.softmax(logits, -1).tolist()
+        if regression:
+            return logits[:, :1].tolist()
+        return (torch.sigmoid(logits) if self.multi_label else torch.softmax(logits, -1)).tolist()
 
 
 def _merge(feats: list):

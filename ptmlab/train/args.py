@@ -42,9 +42,11 @@ class DataArgs(Validated):
     text_col: str = opt("text", "text column of --train-file data")
     text_pair_col: str | None = opt(None, "second text column for pair tasks")
     label_col: str = opt("label", "label column of --train-file data")
-    label_kind: str = opt("auto", "classification, regression, or auto: classes for names, integers and "
-                                  "ClassLabel columns, regression for fractional numbers; a column that could be "
-                                  "either is refused with a request to choose", choices=list(KIND_CHOICES))
+    label_kind: str = opt("auto", "classification, regression, multi-label, or auto: classes for names, integers "
+                                  "(their values are the class ids) and ClassLabel columns, regression for "
+                                  "fractional numbers, multi-label for lists of labels (csv: JSON lists); a column "
+                                  "that could be classes or scores is refused with a request to choose",
+                          choices=list(KIND_CHOICES))
     task_kind: str = opt("sentence", "what --train-file data holds: sentence (one label per text or pair; "
                                      "--label-kind), token-classification (tagged words: CoNLL columns, or token "
                                      "and tag lists) or extractive-qa (question, context and answers: SQuAD JSON "

@@ -8,6 +8,7 @@ import torch
 from ptmlab.core.progress import progress
 from ptmlab.data.batching import collate, eval_batches
 from ptmlab.data.encode import Encoded
+from ptmlab.data.labels import DEFAULT_THRESHOLD, MULTI_LABEL, decision_threshold
 from ptmlab.data.metrics import compute_metrics
 from ptmlab.data.tasks import SPAN_KINDS, TaskSpec
 from ptmlab.models.loader import model_inputs
@@ -68,21 +69,50 @@ def predict_logits(model, enc: Encoded, pad_id: int, batch_size: int = 128, prec
     return np.stack(out) if out else np.zeros((0, 1))
 
 
-def logits_to_predictions(logits: np.ndarray, spec: TaskSpec) -> np.ndarray:
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.asarray(logits, dtype=np.float64)))
+
+
+def logits_to_predictions(logits: np.ndarray, spec: TaskSpec, threshold: float | None = None) -> np.ndarray:
+    """Class ids (argmax), scores (regression) or multi-hot label sets (multi-label: every class whose sigmoid
+    probability reaches ``threshold``, 0.5 when None)."""
     if spec.kind == "regression":
         return logits[:, 0]
+    if spec.kind == MULTI_LABEL:
+        return (sigmoid(logits) >= (DEFAULT_THRESHOLD if threshold is None else threshold)).astype(np.int64)
     return logits.argmax(-1)
 
 
 def evaluate(model, enc: Encoded, spec: TaskSpec, pad_id: int, batch_size: int = 128,
-             precision: str = "fp32") -> tuple[dict[str, float], np.ndarray]:
-    """Official metrics of the task (and the predictions; tags per word or answers for the span kinds)."""
+             precision: str = "fp32", choose_threshold: bool = False) -> tuple[dict[str, float], np.ndarray]:
+    """Official metrics of the task (and the predictions; tags per word or answers for the span kinds).
+
+    Multi-label: label sets at the model's saved decision threshold (``decision_threshold``), or with
+    ``choose_threshold`` (dev evaluations while training) at the threshold that maximises micro-F1 on these
+    labels (``best_threshold``); the metrics carry the ``threshold`` used."""
     if spec.kind in SPAN_KINDS:
         from ptmlab.train.spans import evaluate_span
 
         return evaluate_span(model, enc, spec, batch_size, precision)
     logits = predict_logits(model, enc, pad_id, batch_size, precision)
+    if spec.kind == MULTI_LABEL:
+        return _evaluate_multi_label(model, logits, enc.labels, spec, choose_threshold)
     preds = logits_to_predictions(logits, spec)
     if enc.labels is None:
         return {}, preds
     return compute_metrics(spec.metrics, preds, enc.labels), preds
+
+
+def _evaluate_multi_label(model, logits: np.ndarray, labels, spec: TaskSpec,
+                          choose: bool) -> tuple[dict[str, float], np.ndarray]:
+    from ptmlab.data.metrics import best_threshold
+
+    probs = sigmoid(logits)
+    if choose and labels is not None and len(labels):
+        threshold = best_threshold(probs, np.asarray(labels))
+    else:
+        threshold = decision_threshold(getattr(model, "config", None))
+    preds = (probs >= threshold).astype(np.int64)
+    if labels is None:
+        return {}, preds
+    return {**compute_metrics(spec.metrics, preds, labels), "threshold": threshold}, preds

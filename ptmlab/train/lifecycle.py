@@ -24,6 +24,7 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.core.rundir import RunDir, check_output_dir
 from ptmlab.core.seed import configure_threads, set_seed
 from ptmlab.data.encode import Encoded, encode_split
+from ptmlab.data.labels import MULTI_LABEL, THRESHOLD_KEY
 from ptmlab.data.loaders import TaskData
 from ptmlab.data.taskdata import label_names
 from ptmlab.data.tasks import SPAN_KINDS
@@ -81,7 +82,7 @@ def build_task_model(cfg, data: TaskData):
 
     spec = data.spec
     return load_model(with_revision(cfg.model, getattr(cfg, "revision", None)), num_labels=spec.num_labels,
-                      regression=spec.kind == "regression",
+                      regression=spec.kind == "regression", multi_label=spec.kind == MULTI_LABEL,
                       label_names=label_names(data), dropout=getattr(cfg, "dropout", None),
                       random_init=getattr(cfg, "random_init", False),
                       task_head=spec.kind if spec.kind in SPAN_KINDS else True)  # tags per token, QA spans
@@ -155,7 +156,8 @@ def fine_tune(model, tokenizer, data: TaskData, cfg, run: RunDir, *, enc: dict[s
         if evaluator is not None:
             metrics, preds = evaluator(m)
         else:
-            metrics, preds = evaluate(m, enc["dev"], spec, pad_id, cfg.eval_batch_size, precision)
+            metrics, preds = evaluate(m, enc["dev"], spec, pad_id, cfg.eval_batch_size, precision,
+                                      choose_threshold=True)  # multi-label: the dev threshold
         if extra_metrics is not None:
             metrics.update(extra_metrics(preds))
         evals[trainer.state.step] = (metrics, preds)
@@ -187,6 +189,8 @@ def fine_tune(model, tokenizer, data: TaskData, cfg, run: RunDir, *, enc: dict[s
         evaluate_dev(final)
         final_step = trainer.state.step
     dev_metrics, dev_preds = evals[final_step]
+    if spec.kind == MULTI_LABEL and "threshold" in dev_metrics:  # predict, serve and export read it from here
+        setattr(final.config, THRESHOLD_KEY, float(dev_metrics["threshold"]))
     fit = FitResult(final, trainer, state, enc, precision, trainable, dict(dev_metrics), dev_preds)
     run_test = cfg.test if test is None else test
     if run_test and "test" in enc:  # unlabelled test splits still get predictions (GLUE submissions)
@@ -217,6 +221,8 @@ def finish_run(session: RunSession, fit: FitResult, tokenizer, data: TaskData | 
             write_predictions(run, "dev", data.splits["dev"], fit.dev_preds, data.spec, labels)
         if data is not None and fit.test_preds is not None:
             write_predictions(run, "test", data.splits["test"], fit.test_preds, data.spec, labels)
+        if getattr(fit.model.config, THRESHOLD_KEY, None) is not None:  # multi-label: the dev-chosen threshold
+            summary.setdefault("threshold", getattr(fit.model.config, THRESHOLD_KEY))
         run.write_summary(summary, data=data, model=fit.model)  # provenance: training data, hub commit
         from ptmlab.report.model_card import write_model_card
         write_model_card(run.path)

@@ -39,9 +39,13 @@ LossFn = Callable[[nn.Module, dict], torch.Tensor]
 
 
 def task_loss(regression: bool = False) -> LossFn:
-    """Cross-entropy (or MSE for regression) per example: the fine-tuning loss."""
+    """Cross-entropy (or MSE for regression) per example: the fine-tuning loss. Multi-label batches (float
+    multi-hot labels [n, classes]) get binary cross-entropy on each class's sigmoid, averaged over the classes."""
 
     def loss(model, batch):
+        if is_multi_hot(batch.get("labels")):
+            logits = model(**model_inputs(model, batch)).logits.float()
+            return F.binary_cross_entropy_with_logits(logits, batch["labels"].float(), reduction="none").mean(-1)
         if is_span_batch(batch):  # tags per token, or a span's start and end (train/spans.py)
             return span_task_loss(model, batch)
         logits = model(**model_inputs(model, batch)).logits.float()
@@ -50,6 +54,11 @@ def task_loss(regression: bool = False) -> LossFn:
         return F.cross_entropy(logits, batch["labels"], reduction="none")
 
     return loss
+
+
+def is_multi_hot(labels) -> bool:
+    """Multi-label targets: one float row of 0/1 per example (token tags are [n, tokens] of integer ids)."""
+    return labels is not None and labels.dim() == 2 and labels.is_floating_point()
 
 
 @dataclass

@@ -24,6 +24,7 @@ class Head:
     task: str | None
     kind: str
     labels: list[str]
+    threshold: float = 0.5  # multi-label: a label is in the set when its probability reaches this (chosen on dev)
 
 
 def model_head(model, task: str | None = None) -> Head:
@@ -46,6 +47,11 @@ def model_head(model, task: str | None = None) -> Head:
         labels = [str(x) for x in entry.get("labels") or range(int(entry["num_labels"]))]
         return Head(entry["name"], entry["kind"], [] if entry["kind"] == "regression" else labels)
     config = model.config
+    from ptmlab.data.labels import MULTI_LABEL, decision_threshold, is_multi_label
+
+    if is_multi_label(config):  # a sigmoid per label: label sets, at the threshold chosen on dev
+        return Head(task, MULTI_LABEL, [str(config.id2label[i]) for i in range(config.num_labels)],
+                    decision_threshold(config))
     if getattr(config, "problem_type", None) == "regression" or config.num_labels == 1:
         return Head(task, "regression", [])
     return Head(task, "classification", [str(config.id2label[i]) for i in range(config.num_labels)])
@@ -67,6 +73,10 @@ def predict_split(model, tokenizer, split: Split, head: Head, max_length: int = 
                             bar=bar)
     if head.kind == "regression":
         return [{"score": float(v)} for v in logits[:, 0]]
+    if head.kind == "multi-label":  # {"labels": the set (label order), "scores": every label's probability}
+        probs = torch.sigmoid(torch.from_numpy(np.asarray(logits, dtype=np.float32))).numpy()
+        return [{"labels": [n for n, p in zip(head.labels, row, strict=True) if p >= head.threshold],
+                 "scores": {n: float(p) for n, p in zip(head.labels, row, strict=True)}} for row in probs]
     probs = torch.softmax(torch.from_numpy(np.asarray(logits, dtype=np.float32)), -1).numpy()
     out = []
     for row in probs:
@@ -280,11 +290,13 @@ def write_predictions_file(path: Path, split: Split, preds: list[dict], head: He
         return
     buf = io.StringIO()
     fields = list(rows[0].keys() - {"probabilities"}) if rows else ["index", "text"]
-    fields = [f for f in ("index", "text", "text_pair", "label", "score") if f in fields]
+    fields = [f for f in ("index", "text", "text_pair", "label", "labels", "score") if f in fields]
     fields += [f"prob_{name}" for name in head.labels]
     writer = csv.DictWriter(buf, fieldnames=fields)
     writer.writeheader()
     for r in rows:
-        probs = r.pop("probabilities", {})
+        probs = r.pop("probabilities", None) or r.pop("scores", {})  # multi-label: "scores"
+        if "labels" in r:  # a label set as a JSON list, as multi-label csv data holds it
+            r["labels"] = json.dumps(r["labels"], ensure_ascii=False)
         writer.writerow({**r, **{f"prob_{k}": v for k, v in probs.items()}})
     atomic_write_text(path, buf.getvalue())

@@ -23,6 +23,7 @@ class LossContext:
     temperature: float = 2.0
     alpha: float = 0.5  # weight of the teacher term in soft_ce (1 - alpha goes to the hard labels)
     span: str | None = None  # "tokens": logits [B, T, C] per tag; "positions": [B, T, 2] start/end over positions
+    multi_label: bool = False  # a sigmoid per class: labels are multi-hot rows [B, C]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,8 @@
 """``soft_ce`` (Hinton et al.; DistilBERT's L_ce): KL(teacher_T || student_T) * T^2, mixed with the hard-label
-loss by ``alpha``; for regression, MSE to the teacher's prediction mixed with MSE to the label.
+loss by ``alpha``; for regression, MSE to the teacher's prediction mixed with MSE to the label; for multi-label
+(``ctx.multi_label``, a sigmoid per class) the T^2-scaled binary KL from the teacher's probabilities (sigmoid of its
+logits / T, the soft targets) to the student's, mixed with binary cross-entropy to the label sets, both averaged
+over the classes.
 
 Span task kinds (``ctx.span``): a token tagger compares its tag distribution with the teacher's at every labelled
 position (the words' first sub-tokens, where tags are read), averaged per sentence; a span extractor compares its
@@ -29,6 +32,8 @@ def soft_ce(student: torch.Tensor, teacher: torch.Tensor, ctx: LossContext) -> t
         return _tokens(s, t, ctx)
     if ctx.span == "positions":
         return _positions(s, t, ctx)
+    if ctx.multi_label:
+        return _multi_label(s, t, ctx)
     if ctx.regression:
         soft = (s.squeeze(-1) - t.squeeze(-1)) ** 2
         hard = (s.squeeze(-1) - ctx.labels.float()) ** 2 if ctx.labels is not None else None
@@ -37,6 +42,24 @@ def soft_ce(student: torch.Tensor, teacher: torch.Tensor, ctx: LossContext) -> t
         hard = F.cross_entropy(s, ctx.labels, reduction="none") if ctx.labels is not None else None
     if hard is None:
         return soft
+    return ctx.alpha * soft + (1 - ctx.alpha) * hard
+
+
+def binary_kl_t(s: torch.Tensor, t: torch.Tensor, temp: float) -> torch.Tensor:
+    """T^2-scaled binary KL(sigmoid(t/T) || sigmoid(s/T)) per class: binary cross-entropy to the teacher's soft
+    targets less their entropy (0 when the two agree)."""
+    target = torch.sigmoid(t / temp)
+    cross = F.binary_cross_entropy_with_logits(s / temp, target, reduction="none")
+    entropy = F.binary_cross_entropy_with_logits(t / temp, target, reduction="none")
+    return (cross - entropy) * temp**2
+
+
+def _multi_label(s: torch.Tensor, t: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+    """s, t [B, C]; labels [B, C] multi-hot: the mean over the classes."""
+    soft = binary_kl_t(s, t, ctx.temperature).mean(-1)
+    if ctx.labels is None:
+        return soft
+    hard = F.binary_cross_entropy_with_logits(s, ctx.labels.float(), reduction="none").mean(-1)
     return ctx.alpha * soft + (1 - ctx.alpha) * hard
 
 
