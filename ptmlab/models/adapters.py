@@ -97,3 +97,80 @@ def load_adapters(model, adapter_dir: str | Path):
     if unexpected:
         raise PtmlabError(f"adapter weights in '{d}' do not fit this model (unexpected {unexpected[:3]})")
     return model
+
+
+
+class LoraAdapter:
+    """A LoRA model's adapter (its PEFT config and the LoRA and ``modules_to_save`` weights), kept before the
+    LoRA weights are merged into the model: merging consumes them."""
+
+    def __init__(self, config, state: dict):
+        self.config = config
+        self.state = state
+
+    @classmethod
+    def of(cls, model) -> LoraAdapter | None:
+        """The active adapter of a PEFT model, copied to the CPU; None for any other model."""
+        import copy
+
+        model = getattr(model, "module", model)
+        if not hasattr(model, "peft_config") or not hasattr(model, "active_adapter"):
+            return None
+        from peft.utils import get_peft_model_state_dict
+
+        name = model.active_adapter
+        state = get_peft_model_state_dict(model, adapter_name=name, save_embedding_layers=False)
+        return cls(copy.deepcopy(model.peft_config[name]),
+                   {k: v.detach().cpu().clone().contiguous() for k, v in state.items()})
+
+    def save(self, out_dir: str | Path, model_name: str, base_model=None, tokenizer=None) -> None:
+        """Write the adapter in PEFT's format (``adapter_config.json``, ``adapter_model.safetensors``) to
+        ``out_dir``, replacing what is there, for ``PeftModel.from_pretrained(base, out_dir)``. ``model_name``: the
+        model it was trained from, recorded as the base by ``lora_base``. ``base_model``: the base itself where no
+        name loads its weights (a random-weight base), saved with ``tokenizer`` in ``out_dir/base``."""
+        import copy
+        import os
+        import shutil
+        import tempfile
+
+        from safetensors.torch import save_file
+
+        from ptmlab.models.loader import save_model
+
+        out = Path(out_dir)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".lora-", dir=out.parent))
+        try:
+            config = copy.deepcopy(self.config)
+            config.base_model_name_or_path, config.revision = lora_base(model_name)[:2] if base_model is None \
+                else (None, None)
+            config.inference_mode = True
+            save_file(self.state, tmp / "adapter_model.safetensors", metadata={"format": "pt"})
+            config.save_pretrained(str(tmp))
+            if base_model is not None:
+                save_model(base_model, tokenizer, tmp / "base")
+            shutil.rmtree(out, ignore_errors=True)
+            os.replace(tmp, out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def lora_base(model_name: str, random_init: bool = False) -> tuple[str | None, str | None, bool]:
+    """The base a LoRA adapter trained from ``model_name`` records: (``base_model_name_or_path``, ``revision``,
+    whether its weights are random). A hub id and its revision, ``zoo:NAME`` for a zoo model, a local directory's
+    absolute path; (None, None, True) where no name loads the base's weights: ``tiny`` and ``--random-init`` draw
+    them from the run's seed."""
+    from ptmlab.models.zoo import ZOO
+
+    if random_init:
+        return None, None, True
+    p = Path(model_name).expanduser()
+    if not model_name.startswith("zoo:") and p.is_dir():  # a directory wins over a zoo name, as in zoo.resolve
+        return str(p.resolve()), None, False
+    zoo_name = model_name.removeprefix("zoo:")
+    if zoo_name in ZOO:
+        if ZOO.get(zoo_name).random_config is not None:
+            return None, None, True
+        return f"zoo:{zoo_name}", None, False
+    repo, _, revision = model_name.partition("@")
+    return repo, revision or None, False

@@ -47,6 +47,7 @@ def run_finetune(cfg: FinetuneConfig, resume: bool = False, command: str = "fine
     tokenizer = load_tokenizer(with_revision(cfg.model, getattr(cfg, "revision", None)))
     set_seed(cfg.seed)
     model = build_task_model(cfg, data)
+    random_base = _random_lora_base(cfg, model)
     enc = encode_task(tokenizer, data, cfg.max_length)  # encoding checks too (a QA window too short for a question)
     run = session.open()
     strategy = make_strategy(cfg)
@@ -54,5 +55,25 @@ def run_finetune(cfg: FinetuneConfig, resume: bool = False, command: str = "fine
                      evaluator=evaluator, enc=enc)
     summary = {"task": data.spec.name, "model": cfg.model, "strategy": cfg.strategy, **fit.train_summary(),
                "labels": label_names(data), "main_metric": data.spec.main_metric}
-    return finish_run(session, fit, tokenizer, data, summary,
-                      extra_save=lambda path: strategy.extra_save(fit.trainer.raw_model, path))
+
+    def extra_save(path):
+        adapter = getattr(fit.trainer, "lora_adapter", None)  # kept before the merge: the saved model has none
+        if adapter is not None:
+            adapter.save(path / "lora", with_revision(cfg.model, getattr(cfg, "revision", None)),
+                         base_model=random_base, tokenizer=tokenizer)
+        else:
+            strategy.extra_save(fit.trainer.raw_model, path)
+
+    return finish_run(session, fit, tokenizer, data, summary, extra_save=extra_save)
+
+
+def _random_lora_base(cfg, model):
+    """A copy of a LoRA run's base where its weights are random (``tiny``, ``--random-init``): no name loads them
+    again, so the adapter is saved with it. None otherwise."""
+    if cfg.strategy != "lora":
+        return None
+    import copy
+
+    from ptmlab.models.adapters import lora_base
+
+    return copy.deepcopy(model) if lora_base(cfg.model, getattr(cfg, "random_init", False))[2] else None

@@ -355,6 +355,11 @@ class Trainer:
         self.accelerator.wait_for_everyone()
 
     def final_model(self) -> nn.Module:
+        """The strategy's final model (LoRA: merged into the weights). A LoRA model's adapter is kept first as
+        ``lora_adapter`` (``models.adapters.LoraAdapter``): merging consumes it."""
+        from ptmlab.models.adapters import LoraAdapter
+
+        self.lora_adapter = LoraAdapter.of(self.raw_model)
         return self.strategy.finalize(self.raw_model)
 
     def cleanup(self) -> None:
