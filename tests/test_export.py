@@ -185,14 +185,17 @@ print(json.dumps(out))
 
 
 def test_exported_tokenizers_load_with_no_prompt_and_no_warning(exports):
-    """``AutoTokenizer.from_pretrained(EXPORT)`` without trust_remote_code, stdin closed (a prompt would read EOF
-    and fail), in a fresh process: a stock tokenizer, nothing on stderr about custom code or model types, also
-    for the exports that carry modelling code."""
+    """``AutoTokenizer.from_pretrained(EXPORT)`` (with ``trust_remote_code=True`` for the exports that carry
+    modelling code, without it for the stock ones), stdin closed (a prompt would read EOF and fail), in a fresh
+    process: a stock tokenizer, nothing on stderr or stdout about custom code or model types."""
     root = exports["root"]
     dirs = [str(root / f"{k}-transformers") for k in KINDS if (k, "transformers") in exports["infos"]]
     assert any((Path(d) / "modeling_ptmlab.py").is_file() for d in dirs)
-    code = ("import sys\nfrom transformers import AutoTokenizer\n"
-            "for d in sys.argv[1:]:\n    t = AutoTokenizer.from_pretrained(d)\n"
+    assert any(not (Path(d) / "modeling_ptmlab.py").is_file() for d in dirs)
+    code = ("import os, sys\nfrom transformers import AutoTokenizer\n"
+            "for d in sys.argv[1:]:\n"
+            "    remote = os.path.isfile(os.path.join(d, 'modeling_ptmlab.py'))\n"
+            "    t = AutoTokenizer.from_pretrained(d, **({'trust_remote_code': True} if remote else {}))\n"
             "    print(type(t).__name__, t('a wonderful film')['input_ids'][:2])\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "warning"}
     proc = subprocess.run([sys.executable, "-c", code, *dirs], cwd=root, env=env, stdin=subprocess.DEVNULL,

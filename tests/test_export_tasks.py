@@ -141,7 +141,7 @@ import numpy as np, onnxruntime as ort, torch
 from transformers import AutoModelForQuestionAnswering, AutoModelForTokenClassification, AutoTokenizer
 sents, questions, out = {SENTENCES!r}, {QUESTIONS!r}, {{}}
 for name, path in {dirs!r}.items():
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True)  # the pruned ones carry modelling code
     enc = (tok([" ".join(s) for s in sents], padding=True, return_tensors="np") if name.startswith("ner")
            else tok([q for q, _ in questions], [c for _, c in questions], padding=True, return_tensors="np"))
     res = {{"input_ids": enc["input_ids"].tolist()}}

@@ -8,10 +8,14 @@ config's ``auto_map`` under its task head's Auto class (sequence classification,
 answering), so ``from_pretrained(DIR, trust_remote_code=True)`` rebuilds the architecture with torch and
 transformers alone. The weights are ptmlab's own state dict: the template reproduces ptmlab's module names.
 
-config.json keeps the family's ``model_type`` and maps no ``AutoConfig`` to the modelling code: the configuration
-is a stock one with ptmlab's extra fields, so ``AutoConfig`` and ``AutoTokenizer`` (which reads the config to pick
-the tokenizer) load the directory without running its code, with no prompt and no warning; only the model class
-needs ``trust_remote_code=True``.
+config.json names a ``model_type`` no transformers release registers, ``ptmlab-FAMILY`` (``ptmlab-bert``), and maps
+``AutoConfig`` to the exported configuration class, so nothing loads the directory as the family's stock model:
+with the family's own ``model_type`` the stock class would be picked without ``trust_remote_code`` and would refuse
+the pruned shapes, or with ``ignore_mismatched_sizes=True`` re-initialise them and predict something else. Without
+``trust_remote_code=True`` every Auto class (``AutoConfig``, the model's, ``AutoTokenizer``, a pipeline) asks for it:
+transformers' prompt where Python reads a terminal, else its error "Please pass the argument
+`trust_remote_code=True` to allow custom code to be run."; with it, the configuration is the family's stock
+configuration with ptmlab's extra fields.
 
 Uniform *head* pruning is not stock: transformers derives the head size from ``hidden_size / num_attention_heads``,
 so a layer with fewer heads of the original size needs the modelling code.
@@ -87,6 +91,12 @@ def stock_config(model):
     return config
 
 
+def remote_model_type(family: str) -> str:
+    """The ``model_type`` of an export with modelling code: one transformers does not register, so the stock class
+    of ``family`` never loads it."""
+    return f"ptmlab-{family}"
+
+
 def check_transformers(model) -> None:
     """PtmlabError, before anything is written, for a modification the modelling code cannot rebuild."""
     for m in modifications(model):
@@ -121,12 +131,16 @@ def write_transformers(model, tokenizer, out: Path) -> dict:
                           f"classification, token classification and QA models of a supported family can be "
                           f"exported")
     name = f"Ptmlab{head}"
+    model_type = remote_model_type(model.config.model_type)
     save_model(model, tokenizer, out)
     cfg = json.loads((out / "config.json").read_text())
-    cfg.update(auto_map={AUTO_CLASSES[head]: f"modeling_ptmlab.{name}"}, architectures=[name],
+    cfg.update(model_type=model_type, architectures=[name],
+               auto_map={"AutoConfig": "configuration_ptmlab.PtmlabConfig",
+                         AUTO_CLASSES[head]: f"modeling_ptmlab.{name}"},
                ptmlab_structure=structure_paths(model), ptmlab_base_model_type=model.config.model_type)
     atomic_write_json(out / "config.json", cfg)
     conf = (TEMPLATES / "configuration_ptmlab.py").read_text()
+    conf = conf.replace('model_type = "ptmlab-bert"', f'model_type = "{model_type}"')
     conf = conf.replace('BASE_CONFIG = "BertConfig"', f'BASE_CONFIG = "{base_config}"')
     conf = conf.replace('BASE_MODEL = "BertForSequenceClassification"', f'BASE_MODEL = "{base_model}"')
     atomic_write_text(out / "configuration_ptmlab.py", conf)
