@@ -105,6 +105,121 @@ def test_factory_gives_layer_wise_rates_and_the_slanted_triangular_schedule(data
     assert last < first - 0.1, (first, last)  # the keyword task is learnt
 
 
+def _logged_lrs(trainer) -> list[float]:
+    return [r["learning_rate"] for r in trainer.state.log_history if "loss" in r]
+
+
+def _ptmlab_lrs(schedule: str, total: int, lr: float, warmup: float = 0.0) -> list[float]:
+    """The rate of each of ``total`` steps under ptmlab's own scheduler (what ``ptmlab finetune`` runs), as the
+    Trainer logs it, and the rate it ends at."""
+    from types import SimpleNamespace
+
+    from ptmlab.train.optim import build_scheduler
+
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
+    sched = build_scheduler(opt, schedule, total, SimpleNamespace(warmup=warmup, stlr_cut_frac=0.1, stlr_ratio=32))
+    out = []
+    for _ in range(total):
+        out.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    return out + [sched.get_last_lr()[0]]
+
+
+def test_schedule_spans_the_trainers_max_steps_without_a_step_count(data, tmp_path):
+    """An 8-step run: the linear schedule ends at 0 (1000 steps given by hand ended it at 0.000992 of 1e-3)."""
+    ds, tok = data
+    model = load_model("tiny", num_labels=2)
+    args = _args(tmp_path, max_steps=8, learning_rate=1e-3)
+    optimizer, scheduler = optimizer_and_scheduler(model, args, schedule="linear")
+    trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=DataCollatorWithPadding(tok),
+                      optimizers=(optimizer, scheduler))
+    trainer.train()
+    assert scheduler.total == 8
+    assert _logged_lrs(trainer) == pytest.approx([1e-3 * (8 - k) / 8 for k in range(8)], abs=1e-12)
+    assert scheduler.get_last_lr() == [0.0] * len(optimizer.param_groups)  # the end of the decay
+    assert {g["lr"] for g in optimizer.param_groups} == {0.0}
+
+
+@pytest.mark.parametrize("schedule,warmup_steps", [("stlr", 0), ("linear", 0.25), ("cosine", 2)])
+def test_every_schedule_and_the_trainers_warmup_follow_max_steps(data, tmp_path, schedule, warmup_steps):
+    ds, tok = data
+    model = load_model("tiny", num_labels=2)
+    args = _args(tmp_path, max_steps=8, learning_rate=1e-3, warmup_steps=warmup_steps)
+    optimizer, scheduler = optimizer_and_scheduler(model, args, schedule=schedule)
+    trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=DataCollatorWithPadding(tok),
+                      optimizers=(optimizer, scheduler))
+    trainer.train()
+    warmup = 0.0 if schedule == "stlr" else 0.25  # 0.25 of the steps, or 2 of 8
+    expected = _ptmlab_lrs(schedule, 8, 1e-3, warmup)
+    assert _logged_lrs(trainer) + scheduler.get_last_lr()[:1] == pytest.approx(expected, abs=1e-12)
+
+
+def test_an_epoch_run_reads_the_step_count_from_the_trainer_when_the_scheduler_is_a_callback(data, tmp_path):
+    ds, tok = data
+    model = load_model("tiny", num_labels=2)
+    args = _args(tmp_path, num_train_epochs=1, learning_rate=1e-3)  # 256 rows / 16 = 16 steps
+    optimizer, scheduler = optimizer_and_scheduler(model, args, schedule="stlr")
+    assert scheduler.total is None
+    trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=DataCollatorWithPadding(tok),
+                      optimizers=(optimizer, scheduler), callbacks=[scheduler])
+    trainer.train()
+    assert trainer.state.max_steps == scheduler.total == 16
+    lrs = _logged_lrs(trainer) + scheduler.get_last_lr()[:1]
+    assert lrs == pytest.approx(_ptmlab_lrs("stlr", 16, 1e-3), abs=1e-12)
+    assert lrs[-1] == pytest.approx(1e-3 / 32) and max(lrs) == pytest.approx(1e-3)  # STLR: back to lr / ratio
+
+
+def test_an_unknown_step_count_stops_before_any_optimizer_step(data, tmp_path):
+    from ptmlab.core.errors import PtmlabError
+
+    ds, tok = data
+    model = load_model("tiny", num_labels=2)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    args = _args(tmp_path, num_train_epochs=1)
+    optimizer, scheduler = optimizer_and_scheduler(model, args)
+    trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=DataCollatorWithPadding(tok),
+                      optimizers=(optimizer, scheduler))  # the scheduler is not in callbacks
+    with pytest.raises(PtmlabError, match="callbacks"):
+        trainer.train()
+    assert all(torch.equal(before[n], p.cpu()) for n, p in model.named_parameters())
+
+
+def test_a_step_count_that_disagrees_with_the_trainer_is_an_error(data, tmp_path):
+    from ptmlab.core.errors import PtmlabError
+
+    ds, tok = data
+    model = load_model("tiny", num_labels=2)
+    with pytest.raises(PtmlabError, match="num_training_steps=1000 .*max_steps=8"):
+        optimizer_and_scheduler(model, _args(tmp_path, max_steps=8), 1000)
+    args = _args(tmp_path, num_train_epochs=1)
+    optimizer, scheduler = optimizer_and_scheduler(model, args, 1000)  # by hand, as before: kept
+    assert scheduler.total == 1000
+    trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=DataCollatorWithPadding(tok),
+                      optimizers=(optimizer, scheduler), callbacks=[scheduler])
+    with pytest.raises(PtmlabError, match="takes 16 optimizer steps"):
+        trainer.train()
+
+
+def test_the_schedule_survives_a_checkpoint_and_resume(data, tmp_path):
+    """The Trainer saves the scheduler's state (torch.save, read back with weights_only) and resumes on it."""
+    ds, tok = data
+    torch.manual_seed(0)
+    model = load_model("tiny", num_labels=2)
+    args = _args(tmp_path, num_train_epochs=1, learning_rate=1e-3, save_strategy="steps", save_steps=6)
+    optimizer, scheduler = optimizer_and_scheduler(model, args, schedule="linear")
+    trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=DataCollatorWithPadding(tok),
+                      optimizers=(optimizer, scheduler), callbacks=[scheduler])
+    trainer.train()
+    optimizer, scheduler = optimizer_and_scheduler(model, args, schedule="linear")
+    again = Trainer(model=model, args=args, train_dataset=ds, data_collator=DataCollatorWithPadding(tok),
+                    optimizers=(optimizer, scheduler), callbacks=[scheduler])
+    again.train(resume_from_checkpoint=str(tmp_path / "checkpoint-12"))
+    assert scheduler.total == 16
+    resumed = _logged_lrs(again)[12:]  # the log history up to the checkpoint comes back with it
+    assert resumed + scheduler.get_last_lr()[:1] == pytest.approx(_ptmlab_lrs("linear", 16, 1e-3)[12:], abs=1e-12)
+
+
 def test_distillation_trainer_trains_a_student_towards_its_teacher(data, tmp_path):
     from ptmlab.distill.students import build_student
 
