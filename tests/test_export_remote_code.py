@@ -115,3 +115,9 @@ def test_plain_export_loads_in_a_stock_pipeline_with_no_flag(runs):
         assert torch.allclose(torch.tensor(got[name]["value"]), expected, atol=1e-5), name
     assert got["config"]["value"] == "BertConfig"
     assert torch.allclose(torch.tensor(got["pipeline"]["value"]), expected.softmax(-1).max(-1).values, atol=1e-5)
+
+
+def test_ptmlab_loads_its_own_custom_code_export_without_running_it(runs):
+    """ptmlab rebuilds an export with modelling code from its recorded modifications (no trust_remote_code)."""
+    got = _ptmlab_logits(runs / "pruned-exp")
+    assert torch.allclose(got, _ptmlab_logits(runs / "pruned"), atol=1e-5)

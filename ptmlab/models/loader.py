@@ -126,7 +126,7 @@ def load_from_dir(path: str, overrides: dict, task_head: bool = True, attn_imple
     from transformers import AutoConfig
 
     try:
-        config = AutoConfig.from_pretrained(path, **overrides)
+        config = _exported_config(path, overrides) or AutoConfig.from_pretrained(path, **overrides)
     except Exception as e:
         raise PtmlabError(f"cannot read the model config in '{path}': {e}") from None
     refuse_pickle(path)
@@ -150,6 +150,24 @@ def load_from_dir(path: str, overrides: dict, task_head: bool = True, attn_imple
                           f"unexpected {unexpected[:3]}): the model directory is inconsistent")
     model.eval()
     return model
+
+
+def _exported_config(path: str, overrides: dict):
+    """The config of a ptmlab export that carries modelling code (``model_type: ptmlab-FAMILY``, see
+    ``ptmlab.export.hf``) as the family's own config class: ptmlab rebuilds such a model from its recorded
+    modifications, so it never needs to run the exported code. None for any other folder."""
+    try:
+        saved = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    family = saved.get("ptmlab_base_model_type") if isinstance(saved, dict) else None
+    if not (isinstance(family, str) and str(saved.get("model_type", "")).startswith("ptmlab-")):
+        return None
+    from transformers import AutoConfig
+
+    kept = {k: v for k, v in saved.items() if k not in ("model_type", "auto_map", "architectures")}
+    arch = [a.removeprefix("Ptmlab") for a in saved.get("architectures") or []]
+    return AutoConfig.for_model(family, **{**kept, "architectures": arch, **overrides})
 
 
 def _head_mismatch(path: str, overrides: dict, error: Exception) -> None:
