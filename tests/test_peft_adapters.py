@@ -87,3 +87,19 @@ def test_lora_base_names(tmp_path):
     assert lora_base("bert-base-uncased@abc123") == ("bert-base-uncased", "abc123", False)
     assert lora_base("owner/name") == ("owner/name", None, False)
     assert lora_base(str(tmp_path / "m")) == (str((tmp_path / "m").resolve()), None, False)
+
+
+def test_a_multi_task_lora_run_saves_its_trained_adapter(tmp_path):
+    from safetensors.torch import load_file
+
+    from tests.conftest import needs_glue
+
+    if needs_glue.args[0]:
+        pytest.skip(needs_glue.kwargs["reason"])
+    out = tmp_path / "mt"
+    assert main(["finetune", "--model", "tiny", "--tasks", "rte,mrpc", "--strategy", "lora", "--max-steps", "2",
+                 "--max-train", "32", "--max-eval", "16", "--max-length", "32", "--lr", "1e-2",
+                 "--output", str(out)]) == 0
+    state = load_file(out / "lora" / "adapter_model.safetensors")
+    lora_b = [v for k, v in state.items() if "lora_B" in k]
+    assert lora_b and any(float(v.abs().sum()) > 0 for v in lora_b)  # trained, not the zeros LoRA starts from

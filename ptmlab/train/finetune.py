@@ -56,15 +56,21 @@ def run_finetune(cfg: FinetuneConfig, resume: bool = False, command: str = "fine
     summary = {"task": data.spec.name, "model": cfg.model, "strategy": cfg.strategy, **fit.train_summary(),
                "labels": label_names(data), "main_metric": data.spec.main_metric}
 
-    def extra_save(path):
-        adapter = getattr(fit.trainer, "lora_adapter", None)  # kept before the merge: the saved model has none
-        if adapter is not None:
-            adapter.save(path / "lora", with_revision(cfg.model, getattr(cfg, "revision", None)),
-                         base_model=random_base, tokenizer=tokenizer)
-        else:
-            strategy.extra_save(fit.trainer.raw_model, path)
+    return finish_run(session, fit, tokenizer, data, summary,
+                      extra_save=lambda path: save_strategy_files(fit, strategy, cfg, tokenizer, path, random_base))
 
-    return finish_run(session, fit, tokenizer, data, summary, extra_save=extra_save)
+
+def save_strategy_files(fit, strategy, cfg, tokenizer, path, random_base=None) -> None:
+    """What a strategy writes beside the model: a LoRA run its adapter as kept before the merge (the saved model
+    has none), in PEFT's format; adapters their weights."""
+    from ptmlab.models.zoo import with_revision
+
+    adapter = getattr(fit.trainer, "lora_adapter", None)
+    if adapter is not None:
+        adapter.save(path / "lora", with_revision(cfg.model, getattr(cfg, "revision", None)),
+                     base_model=random_base, tokenizer=tokenizer)
+    else:
+        strategy.extra_save(fit.trainer.raw_model, path)
 
 
 def _random_lora_base(cfg, model):

@@ -245,7 +245,9 @@ def run_multitask_finetune(cfg, resume: bool = False, command: str = "finetune",
                "heads": model_tasks(fit.model), "main_metric": MEAN}
 
     def save_extra(path):
-        strategy.extra_save(fit.trainer.raw_model, path)
+        from ptmlab.train.finetune import save_strategy_files
+
+        save_strategy_files(fit, strategy, cfg, tokenizer, path)
         write_task_predictions(run, datas, fit.dev_preds)
 
     return finish_run(session, fit, tokenizer, None, summary, extra_save=save_extra)
