@@ -216,3 +216,30 @@ def test_longify_help_loads_no_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+def test_one_precision_choice_set_and_one_batch_flag_for_inference():
+    from ptmlab.cli import build_parser
+    from ptmlab.train.args import PRECISIONS
+
+    def options(verb):
+        sub = next(a for a in build_parser([verb])._actions if a.dest == "command").choices[verb]
+        return {a.dest: a for a in sub._actions if a.help != "==SUPPRESS=="}  # not the old spellings
+
+    for verb in ("finetune", "evaluate", "predict", "serve", "scale", "distill"):
+        assert tuple(options(verb)["precision"].choices) == PRECISIONS, verb
+    predict, evaluate = options("predict"), options("evaluate")
+    assert "--eval-batch-size" in predict["eval_batch_size"].option_strings
+    assert "--eval-batch-size" in evaluate["eval_batch_size"].option_strings
+
+
+def test_predict_precision_auto_and_the_old_batch_flag(memory_run, tmp_path, capsys):
+    from ptmlab.cli import main
+
+    (tmp_path / "in.jsonl").write_text('{"text": "the film was great"}\n{"text": "the film was awful"}\n')
+    args = ["predict", str(memory_run.path), "--input", str(tmp_path / "in.jsonl"), "--precision", "auto"]
+    assert main([*args, "--output", str(tmp_path / "a"), "--eval-batch-size", "1"]) == 0
+    assert main([*args, "--output", str(tmp_path / "b"), "--batch-size", "1"]) == 0
+    assert "--batch-size is deprecated: use --eval-batch-size" in capsys.readouterr().err
+    a, b = ((tmp_path / d / "predictions.jsonl").read_text().splitlines() for d in "ab")
+    assert len(a) == 2 and [json.loads(x)["label"] for x in a] == [json.loads(x)["label"] for x in b]

@@ -133,6 +133,6 @@ def check_output_dir(p: str | Path | None, overwrite: bool = False) -> None:
         is_run = any((p / m).exists() for m in RUN_MARKERS)
         if is_run and not overwrite:
             raise PtmlabError(f"output directory '{p}' holds another run: choose a new --output, pass --overwrite, "
-                              f"or --resume it")
+                              f"or continue it with --resume")
         if not is_run:
             raise PtmlabError(f"output directory '{p}' is not empty and is not a ptmlab run: choose a new --output")

@@ -490,7 +490,7 @@ def tables_to_task(name: str, tables: dict[str, Table], text_col: str, pair_col:
     class_names = table.class_names.get(str(label_col))
     kind = resolve_label_kind(label_kind, values, class_names, str(label_col), table.where)
     labels = LABEL_KINDS.get(kind).label_set(values, class_names)
-    if kind == "classification" and len(labels) < 2:
+    if kind == "classification" and len(labels) < 2 and source == "train":  # a dev file alone may hold one class
         raise PtmlabError(f"the {source} file has {len(labels)} distinct label(s) in '{label_col}': "
                           f"a classification task needs at least 2 (use --label-kind regression for scores)")
     spec = TaskSpec(name, kind, labels, LABEL_KINDS.get(kind).metrics, text_col=text_col, pair_col=pair_col,

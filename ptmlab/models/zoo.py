@@ -86,9 +86,18 @@ def resolve(name: str) -> tuple[str, ZooEntry | None]:
                           f"or a directory")
     repo, _, revision = name.partition("@")
     if name.startswith((".", "/", "~")) or not HUB_ID.match(repo) or name.endswith("@"):
-        raise PtmlabError(f"unknown model '{name}': no such directory, zoo name ({', '.join(ZOO.names())}) or hub "
+        raise PtmlabError(f"unknown model '{name}'{_close_zoo_name(name)}: no such directory, zoo name "
+                          f"({', '.join(ZOO.names())}) or hub "
                           f"id (NAME or OWNER/NAME, optionally @REVISION)")
     return hub_snapshot(repo, revision or None), None
+
+
+def _close_zoo_name(name: str) -> str:
+    """`` (did you mean 'minilm'?)`` for a name one typo away from a zoo name, else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(name.lower(), ZOO.names(), n=1, cutoff=0.75)
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def hub_snapshot(repo: str, revision: str | None = None) -> str:
@@ -101,7 +110,8 @@ def hub_snapshot(repo: str, revision: str | None = None) -> str:
         path = snapshot_download(repo, revision=revision, allow_patterns=list(HUB_FILES), local_files_only=offline)
     except Exception as e:  # not cached, unknown id or revision, no network
         if offline:
-            raise PtmlabError(f"unknown model '{repo}'{at}: no model directory or zoo name ({', '.join(ZOO.names())})"
+            raise PtmlabError(f"unknown model '{repo}'{at}{_close_zoo_name(repo)}: no model directory or zoo name "
+                              f"({', '.join(ZOO.names())})"
                               f", and as a hub id it is not in the local hub cache while the hub is offline "
                               f"(HF_HUB_OFFLINE=1): load it once online (HF_HUB_OFFLINE=0) or pass a model "
                               f"directory") from None

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ptmlab.core.config import Validated, at_least, opt, positive
 from ptmlab.core.errors import PtmlabError
+from ptmlab.train.args import PRECISION_HELP, PRECISIONS
 
 _SIZE = re.compile(r"^(\d+)x(\d+)(?:x(\d+))?$")
 
@@ -78,7 +79,7 @@ class ScaleConfig(Validated):
     schedule: str = opt("linear", "learning-rate schedule: linear, cosine, constant")
     evals: int = opt(20, "held-out evaluations per run (the loss-vs-tokens curve; checkpoints: 4 per run)")
     eval_blocks: int = opt(64, "held-out blocks per evaluation")
-    precision: str = opt("fp32", "fp32, bf16 or auto", choices=["auto", "fp32", "bf16"])
+    precision: str = opt("fp32", PRECISION_HELP, choices=list(PRECISIONS))
     workers: int = opt(1, "worker processes that train runs side by side (wall-clock numbers then share the CPUs)")
     loss_tolerance: float = opt(0.02, "Q8: losses closer than this (nats) are a tie (with seeds: at least 2 SE)")
     margin: float = opt(0.1, "Q19: the larger model must need this fraction fewer tokens/seconds to count")

@@ -118,6 +118,14 @@ STRATEGY_OPTIONS = ("strategy", "unfreeze_every", "adapter_size", "lora_r", "lor
                     "lora_target_modules")
 
 
+# one set of --precision choices for every command that runs a model (training, evaluation, prediction, serving)
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+PRECISION_HELP = ("auto (bf16 autocast where the hardware runs bf16 fast, else fp32), fp32, bf16 or fp16 (autocast; "
+                  "training adds a gradient scaler, for GPUs without fast bf16)")
+
+MAX_EPOCHS = 100_000  # beyond any real run: a larger number is a typo, and would train until stopped
+
+
 @dataclass(frozen=True)
 class TrainArgs(Validated):
     OPTION_GROUP = "training"
@@ -127,16 +135,20 @@ class TrainArgs(Validated):
                     **dict.fromkeys(("device", "precision", "group_by_length", "first_token_only", "fast_dropout",
                                      "reuse_host_memory", "compile"), "hardware and speed")}
 
-    output: str | None = opt(None, "run directory to create")
-    epochs: float = opt(3.0, "training epochs (fractions allowed)")
+    output: str | None = opt(None, "run directory to create", aliases=("--output-dir",))
+    epochs: float = opt(3.0, "training epochs (fractions allowed)", aliases=("--num-train-epochs",))
     max_steps: int = opt(0, "stop after this many optimizer steps (0: use --epochs)")
-    batch_size: int = opt(32, "global batch size per optimizer step (split across processes)")
-    grad_accum: int = opt(1, "micro-batches per optimizer step (the batch size is split into them)")
-    eval_batch_size: int = opt(128, "evaluation batch size")
-    lr: float = opt(5e-5, "peak learning rate")
+    batch_size: int = opt(32, "global batch size per optimizer step (split across processes; on one process the "
+                              "same as transformers' per-device batch)", aliases=("--per-device-train-batch-size",))
+    grad_accum: int = opt(1, "micro-batches per optimizer step (the batch size is split into them)",
+                          aliases=("--gradient-accumulation-steps",))
+    eval_batch_size: int = opt(128, "evaluation batch size", aliases=("--per-device-eval-batch-size",))
+    lr: float = opt(5e-5, "peak learning rate", aliases=("--learning-rate",))
     weight_decay: float = opt(0.01, "AdamW weight decay (not applied to biases and LayerNorms)")
-    warmup: float = opt(0.06, "warm-up as a fraction of training steps (linear and cosine schedules)")
-    schedule: str = opt("linear", "learning-rate schedule: linear, cosine, stlr, constant")
+    warmup: float = opt(0.06, "warm-up as a fraction of training steps (linear and cosine schedules)",
+                        aliases=("--warmup-ratio",))
+    schedule: str = opt("linear", "learning-rate schedule: linear, cosine, stlr, constant",
+                        aliases=("--lr-scheduler-type",))
     stlr_cut_frac: float = opt(0.1, "slanted triangular: fraction of steps spent increasing the rate")
     stlr_ratio: float = opt(32.0, "slanted triangular: ratio of the peak to the lowest rate")
     strategy: str = opt("full", "fine-tuning strategy: full, frozen, gradual-unfreeze, adapter, lora, ulmfit")
@@ -162,9 +174,7 @@ class TrainArgs(Validated):
     seed: int = opt(42, "random seed for every RNG")
     device: str = opt("auto", "where to train: auto (a CUDA GPU, else an Apple GPU (mps), else the CPU), cpu, cuda or "
                               "mps", choices=["auto", "cpu", "cuda", "mps"])
-    precision: str = opt("auto", "fp32, bf16, fp16 (autocast with a gradient scaler, for GPUs without fast bf16), or "
-                                 "auto (bf16 autocast where the hardware supports it)",
-                         choices=["auto", "fp32", "bf16", "fp16"])
+    precision: str = opt("auto", PRECISION_HELP, choices=list(PRECISIONS))
     group_by_length: bool = opt(True, "batch examples of similar length together (less padding)")
     first_token_only: bool = opt(True, "sequence classification: run the last layer's feed-forward block on the one "
                                        "position the head reads (exact: same logits and gradients; less work)")
@@ -189,6 +199,10 @@ class TrainArgs(Validated):
             raise PtmlabError(f"--lr must be positive, got {self.lr}")
         if not self.epochs > 0 and self.max_steps <= 0:
             raise PtmlabError(f"--epochs must be positive, got {self.epochs}")
+        if not self.epochs <= MAX_EPOCHS:  # NaN and 1e308 too: a run that would never end
+            raise PtmlabError(f"--epochs must be at most {MAX_EPOCHS:,}, got {self.epochs}")
+        if not 0 <= self.seed < 2**32:  # what numpy's generators take
+            raise PtmlabError(f"--seed must be in 0..{2**32 - 1}, got {self.seed}")
         at_least(self, 1, "batch_size", "grad_accum", "eval_batch_size", "adapter_size", "lora_r", "logging_steps")
         at_least(self, 0, "max_steps", "unfreeze_every", "max_grad_norm", "eval_steps", "save_steps", "early_stopping")
         if self.batch_size % self.grad_accum:

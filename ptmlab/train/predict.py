@@ -16,6 +16,7 @@ from ptmlab.core.config import Validated, at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.data.loaders import Split, rows_to_split
 from ptmlab.data.tasks import TASKS, TaskSpec
+from ptmlab.train.args import PRECISION_HELP, PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -218,20 +219,20 @@ class PredictConfig(Validated):
     text_col: str | None = opt(None, "text column of --input (default: the run's)")
     text_pair_col: str | None = opt(None, "second text column for pair tasks (default: the run's)")
     max_length: int | None = opt(None, "truncate inputs to this many tokens (default: the run's)")
-    batch_size: int = opt(128, "examples per forward pass")
-    precision: str = opt("fp32", "fp32 or bf16 (autocast)", choices=["fp32", "bf16"])
+    eval_batch_size: int = opt(128, "examples per forward pass", deprecated=("--batch-size",))
+    precision: str = opt("fp32", PRECISION_HELP, choices=list(PRECISIONS))
     format: str = opt("jsonl", "predictions file format: jsonl (probabilities as an object) or csv (one "
                                "prob_LABEL column per label)", choices=["jsonl", "csv"])
     overwrite: bool = opt(False, "replace predictions already in --output")
 
     def validate(self) -> None:
-        at_least(self, 1, "batch_size")
+        at_least(self, 1, "eval_batch_size")
         if self.max_length is not None and not 8 <= self.max_length <= 8192:
             raise PtmlabError(f"--max-length {self.max_length} is out of range: use 8..8192")
         if self.format not in ("jsonl", "csv"):
             raise PtmlabError(f"--format '{self.format}' is unknown: choose jsonl or csv")
-        if self.precision not in ("fp32", "bf16"):
-            raise PtmlabError(f"--precision '{self.precision}' is unknown: choose fp32 or bf16")
+        if self.precision not in PRECISIONS:
+            raise PtmlabError(f"--precision '{self.precision}' is unknown: choose {', '.join(PRECISIONS)}")
 
 
 def predict_config(run_dir: str, cfg: PredictConfig, source=None) -> list[dict]:
@@ -259,11 +260,14 @@ def predict_config(run_dir: str, cfg: PredictConfig, source=None) -> list[dict]:
             write_span_predictions(out_file, preds)
         return preds
     split = file_split(cfg.input, text_col, pair_col) if cfg.input else prediction_split(source, text_col, pair_col)
+    from ptmlab.train.evaluate import resolve_precision
+
     model = load_model(run_dir)
     model.eval()
     head = model_head(model, cfg.task)
     preds = predict_split(model, load_tokenizer(run_dir), split, head, cfg.max_length or
-                          int(run_cfg.get("max_length") or 128), cfg.batch_size, cfg.precision, bar=True)
+                          int(run_cfg.get("max_length") or 128), cfg.eval_batch_size, resolve_precision(cfg.precision),
+                          bar=True)
     if out_file is not None:
         write_predictions_file(out_file, split, preds, head)
     return preds

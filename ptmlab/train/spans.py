@@ -365,6 +365,7 @@ def predict_spans(run_dir: str, kind: str, cfg, run_cfg: dict, source=None) -> l
 
     from ptmlab.data.qa import DEFAULT_MAX_LENGTH
     from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.train.evaluate import resolve_precision
 
     src = Path(cfg.input) if cfg.input else source
     recorded = int(run_cfg.get("max_length") or 128)
@@ -372,11 +373,12 @@ def predict_spans(run_dir: str, kind: str, cfg, run_cfg: dict, source=None) -> l
         split = qa_inputs(src)
         length = cfg.max_length or (DEFAULT_MAX_LENGTH if recorded == 128 else recorded)
         model, tok = load_model(run_dir), load_tokenizer(run_dir)
-        return answer_questions(model, tok, split, length, int(run_cfg.get("doc_stride") or 128), cfg.batch_size,
-                                cfg.precision)
+        return answer_questions(model, tok, split, length, int(run_cfg.get("doc_stride") or 128),
+                                cfg.eval_batch_size, resolve_precision(cfg.precision))
     sentences = token_inputs([src] if isinstance(src, str) else src)
     model, tok = load_model(run_dir), load_tokenizer(run_dir)
-    return tag_words(model, tok, sentences, cfg.max_length or recorded, cfg.batch_size, cfg.precision)
+    return tag_words(model, tok, sentences, cfg.max_length or recorded, cfg.eval_batch_size,
+                     resolve_precision(cfg.precision))
 
 
 def _csv_cell(value):
