@@ -243,3 +243,13 @@ def test_predict_precision_auto_and_the_old_batch_flag(memory_run, tmp_path, cap
     assert "--batch-size is deprecated: use --eval-batch-size" in capsys.readouterr().err
     a, b = ((tmp_path / d / "predictions.jsonl").read_text().splitlines() for d in "ab")
     assert len(a) == 2 and [json.loads(x)["label"] for x in a] == [json.loads(x)["label"] for x in b]
+
+
+def test_export_creates_a_missing_parent_as_finetune_does(memory_run, tmp_path):
+    from ptmlab.cli import main
+
+    out = tmp_path / "a" / "b" / "export"
+    assert main(["export", str(memory_run.path), "--output", str(out), "--parity-examples", "4"]) == 0
+    assert (out / "config.json").is_file()
+    (tmp_path / "file").write_text("x")
+    assert main(["export", str(memory_run.path), "--output", str(tmp_path / "file" / "export")]) == 2

@@ -91,8 +91,11 @@ def check_output(output: str | None, overwrite: bool, source: str) -> Path:
     src = Path(source).expanduser()
     if src.exists() and out.exists() and out.resolve() == src.resolve():
         raise PtmlabError(f"--output '{out}' is the run being exported: choose another directory")
-    if not out.parent.is_dir():
-        raise PtmlabError(f"the parent of --output '{out}' is not a directory: create it first")
+    try:  # a missing parent is created, as every command that writes a run does
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise PtmlabError(f"the parent of --output '{out}' is a file, not a directory: choose another --output") \
+            from None
     return out
 
 
