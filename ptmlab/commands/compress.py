@@ -10,9 +10,7 @@ from ptmlab.core.config import add_config_args, resolve_config
 
 
 def register(sub) -> None:
-    from ptmlab.compress.pipeline import CompressConfig
-    from ptmlab.compress.prune import PruneConfig
-    from ptmlab.compress.quantize import QuantizeConfig
+    from ptmlab.compress.config import CompressConfig, PruneConfig, QuantizeConfig
 
     p = sub.add_parser("prune", help="remove attention heads, FFN neurons or layers, then recover by fine-tuning",
                        description="Score heads and FFN neurons, slice out the least important ones (real weight "

@@ -15,47 +15,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ptmlab.compress.importance import IMPORTANCE
-from ptmlab.compress.prune import RecoveryArgs
-from ptmlab.core.config import at_least, config_to_dict, opt
+from ptmlab.compress.config import CompressConfig  # noqa: F401  (re-exported)
+from ptmlab.core.config import config_to_dict
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.registry import Registry
-from ptmlab.train.args import DataArgs, ModelArgs, TrainArgs
 
 STEPS: Registry = Registry("compression step")
-
-
-@dataclass(frozen=True)
-class CompressConfig(ModelArgs, DataArgs, TrainArgs, RecoveryArgs):
-    steps: list[str] = opt(["vocab", "heads=0.4", "ffn=0.3", "int8"], "steps in order: vocab, heads=F, ffn=F, "
-                                                                         "layers=I+J, params=F, magnitude=F, "
-                                                                         "lowrank=R, share=G, int8, torch-int8")
-    importance: str = opt("gate", "importance score for heads/ffn steps: gate, grad-weight, entropy")
-    importance_examples: int = opt(500, "training examples used to score heads and neurons")
-    latency_repeats: int = opt(5, "timed repeats per latency measurement (median reported)")
-
-    def validate(self) -> None:
-        self.validate_model()
-        self.validate_data()
-        self.validate_train()
-        self.validate_recovery()
-        IMPORTANCE.get(self.importance)
-        parsed = [parse_step(s) for s in self.steps]
-        if not parsed:
-            raise PtmlabError("--steps is empty: give steps like vocab,heads=0.4,int8")
-        for i, (name, _) in enumerate(parsed):
-            if name in ("int8", "torch-int8") and i != len(parsed) - 1:
-                raise PtmlabError(f"step '{name}' must come last: a quantized model cannot be pruned further")
-        for i, (name, _) in enumerate(parsed):
-            later = [n for n, _ in parsed[i + 1:] if n in SLICING_STEPS]
-            if name in ("lowrank", "share") and later:
-                raise PtmlabError(f"step '{later[0]}' cannot follow '{name}': prune heads, FFN, layers and weights "
-                                  f"before low-rank factorisation or weight sharing")
-        at_least(self, 1, "importance_examples", "latency_repeats")
-        names = [n for n, _ in parsed]
-        if self.distill_alpha and "vocab" in names and any(n in RECOVERED_STEPS for n in names[:names.index("vocab")]):
-            raise PtmlabError("step 'vocab' must come before every recovered step with --distill-alpha: the teacher "
-                              "reads the token ids of the vocabulary it was given")
 
 
 def parse_step(text: str) -> tuple[str, str | None]:

@@ -12,65 +12,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 
-from ptmlab.compress.importance import IMPORTANCE, compute_importance
+from ptmlab.compress.config import PruneConfig, RecoveryArgs  # noqa: F401  (re-exported)
+from ptmlab.compress.importance import compute_importance
 from ptmlab.compress.surgery import ffn_per_layer, head_dim, heads_per_layer, mask_to_keep, prune_structure
-from ptmlab.compress.targets import check_fraction, ffn_mask, fraction_for_params, head_mask
-from ptmlab.core.config import at_least, build_config, opt
-from ptmlab.core.errors import PtmlabError
+from ptmlab.compress.targets import ffn_mask, fraction_for_params, head_mask
+from ptmlab.core.config import build_config
 from ptmlab.report.model_card import write_model_card
-from ptmlab.train.args import DataArgs, FinetuneConfig, ModelArgs, TrainArgs
-
-
-@dataclass(frozen=True)
-class RecoveryArgs:
-    """Recovery fine-tuning after each pruning (or other structural) step, optionally distilled from the model as
-    it was before: the options and checks ``prune`` and ``compress`` share."""
-
-    recover_epochs: float = opt(1.0, "recovery fine-tuning epochs after each pruning or structural step (0: none)")
-    distill_alpha: float = opt(0.0, "recovery: weight of soft_ce to the outputs of the model before pruning (1 - "
-                                    "alpha on the labels); 0: plain fine-tuning")
-    distill_temperature: float = opt(2.0, "recovery: soft_ce temperature (the KL term is scaled by T^2)")
-
-    def validate_recovery(self) -> None:
-        at_least(self, 0, "recover_epochs")
-        if not 0 <= self.distill_alpha <= 1:
-            raise PtmlabError(f"--distill-alpha {self.distill_alpha} is out of range: give a weight in [0, 1]")
-        if not self.distill_temperature > 0:
-            raise PtmlabError(f"--distill-temperature must be positive, got {self.distill_temperature}")
-        if self.distill_alpha and not self.recover_epochs > 0:
-            raise PtmlabError("--distill-alpha applies to recovery fine-tuning: pass --recover-epochs > 0")
-
-
-@dataclass(frozen=True)
-class PruneConfig(ModelArgs, DataArgs, TrainArgs, RecoveryArgs):
-    heads: float = opt(0.0, "fraction of attention heads to remove, in [0, 1)")
-    ffn: float = opt(0.0, "fraction of FFN neurons to remove in every layer, in [0, 1)")
-    params: float = opt(0.0, "fraction of all parameters to remove by pruning heads and FFN alike (overrides "
-                             "--heads/--ffn)")
-    layers: list[str] = opt([], "whole layers to remove, e.g. 0,5")
-    importance: str = opt("gate", "importance score: gate (|dL/d gate|), grad-weight, entropy")
-    importance_examples: int = opt(500, "training examples used to score heads and neurons")
-    use_labels: bool = opt(True, "score with gold labels (--no-use-labels: the model's own predictions)")
-    iterations: int = opt(1, "prune in this many equal steps, each followed by recovery")
-
-    def validate(self) -> None:
-        self.validate_model()
-        self.validate_data()
-        self.validate_recovery()
-        for name in ("heads", "ffn", "params"):
-            check_fraction(name, getattr(self, name))
-        IMPORTANCE.get(self.importance)
-        at_least(self, 1, "iterations", "importance_examples")
-        for layer in self.layers:
-            if not str(layer).isdigit():
-                raise PtmlabError(f"--layers entry '{layer}' is not a layer number: give numbers like 0,5")
-        if not (self.heads or self.ffn or self.params or self.layers):
-            raise PtmlabError("nothing to prune: pass --heads, --ffn, --params or --layers")
-        if self.recover_epochs > 0:
-            self.validate_train()
+from ptmlab.train.args import FinetuneConfig
 
 
 def prune_by_target(model, imp, heads: float = 0.0, ffn: float = 0.0, params: float = 0.0,

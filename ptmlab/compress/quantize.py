@@ -10,19 +10,16 @@ from __future__ import annotations
 import copy
 import fnmatch
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 from torch import nn
 
-from ptmlab.core.config import at_least, config_to_dict, opt
+from ptmlab.compress.config import DEFAULT_KEEP_FP32, QUANT_METHODS, QuantizeConfig  # noqa: F401
+from ptmlab.core.config import config_to_dict
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.io import atomic_save_file
-from ptmlab.train.args import DataArgs
-
-DEFAULT_KEEP_FP32 = ["classifier*", "pre_classifier*", "*pooler*"]
 
 
 def is_quantized(model: nn.Module) -> bool:
@@ -187,33 +184,6 @@ class OrtModel(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------------- command
-@dataclass(frozen=True)
-class QuantizeConfig(DataArgs):
-    model: str = opt("", "run directory or model to quantize")
-    output: str | None = opt(None, "run directory for the ONNX int8 model, table and report")
-    methods: list[str] = opt(["torch-int8", "onnx-int8", "kbit"], "variants to measure: torch-int8, onnx-int8, "
-                                                                 "kbit")
-    bits: list[str] = opt(["8", "4", "2"], "weight bits for the simulated k-bit curve")
-    keep_fp32: list[str] = opt(DEFAULT_KEEP_FP32, "module-name patterns kept in fp32 (torch-int8 and kbit)")
-    eval_batch_size: int = opt(64, "evaluation batch size")
-    latency_repeats: int = opt(5, "timed repeats per latency measurement (median reported)")
-    seed: int = opt(42, "seed for --max-eval subsets")
-    overwrite: bool = opt(False, "replace an existing run in --output")
-
-    def validate(self) -> None:
-        self.validate_data()
-        for m in self.methods:
-            if m not in QUANT_METHODS:
-                raise PtmlabError(f"unknown quantization method '{m}': use {', '.join(QUANT_METHODS)}")
-        for b in self.bits:
-            if b not in ("2", "3", "4", "8"):
-                raise PtmlabError(f"--bits entry '{b}' is not supported: use 8, 4, 3 or 2")
-        at_least(self, 1, "eval_batch_size", "latency_repeats")
-
-
-QUANT_METHODS = ("torch-int8", "onnx-int8", "kbit")
-
-
 def check_not_quantized(path: str) -> None:
     p = Path(path)
     if p.is_dir() and any(p.glob("*.onnx")) and not any(p.glob("*.safetensors")):
