@@ -356,3 +356,37 @@ def test_single_label_paths_refuse_multi_label_in_one_line(run, files, tmp_path)
                        output=str(tmp_path / "d"), max_steps=1)
     with pytest.raises(PtmlabError, match="answers label sets per text but task .* is classification"):
         ptmlab.evaluate(run, names3)
+
+
+# -------------------------------------------------------------------------------------------------- real data
+DOMAINS = GLUE.parent / "domains"
+# each review's label set: its kind of product (film for the dvd and imdb reviews) and "positive" when it is one
+DOMAIN_TAGS = {"books": "books", "dvd": "film", "imdb": "film", "electronics": "electronics", "airline": "travel"}
+
+
+def domain_rows(per_domain: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for name, tag in DOMAIN_TAGS.items():
+        with open(DOMAINS / f"{name}.tsv", newline="", encoding="utf-8") as f:
+            reviews = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+        rows += [{"text": r["text"], "label": [tag] + (["positive"] if r["label"] == "1" else [])}
+                 for r in rng.sample(reviews, per_domain)]
+    rng.shuffle(rows)
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not all((DOMAINS / f"{d}.tsv").is_file() for d in DOMAIN_TAGS),
+                    reason=f"the shared domain reviews are not at {DOMAINS}")
+def test_minilm_learns_review_label_sets_well_above_the_most_frequent_set(tmp_path):
+    rows = domain_rows(48, 0)
+    dev, train = rows[:60], rows[60:]
+    run = ptmlab.finetune("minilm", {"train": train, "dev": dev}, output=str(tmp_path / "reviews"), max_length=48,
+                          batch_size=16, lr=2e-4, epochs=2, seed=0)
+    names = run.summary["labels"]
+    assert names == ["books", "electronics", "film", "positive", "travel"]
+    baseline = most_frequent_set_f1([r["label"] for r in train], [r["label"] for r in dev], names)
+    assert baseline < 0.45 and run.metrics["micro_f1"] > baseline + 0.25, (run.metrics, baseline)
+    common = Counter(tuple(sorted(r["label"])) for r in train).most_common(1)[0][0]
+    assert run.metrics["subset_accuracy"] > np.mean([tuple(sorted(r["label"])) == common for r in dev])
