@@ -402,7 +402,9 @@ def main() -> int:
     os.umask(0o022)
     home = work / "home"
     store = open_store(str(home))
-    keys = {name: store.create_key(name, rate=rate, burst=burst, daily_budget=budget) for name, rate, burst, budget in
+    keys = {name: store.create_key(name, rate=rate, burst=burst, daily_budget=budget,  # hostile also reads /metrics
+                                   scopes="predict,admin" if name == "hostile" else "predict")
+            for name, rate, burst, budget in
             (("hostile", 1e4, 1e4, 10**9), ("normal", 1e4, 1e4, 10**9), ("bucket", 2, 5, 10**9),
              ("budget", 1e4, 1e4, 20), ("revoked", 1e4, 1e4, 10**9), ("lock", 1e4, 1e4, 10**9))}
     store.revoke(store.resolve_key("revoked").id)

@@ -66,7 +66,8 @@ def test_dynamic_batching_merges_clients_and_matches_single_requests(victim, sto
         with cf.ThreadPoolExecutor(16) as pool:
             together = list(pool.map(lambda t: post(url, key, {"texts": [t]}).json()["predictions"][0]["probs"],
                                      texts))
-        metrics = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {key}"}).text
+        admin = store.create_key("ops", scopes="admin")
+        metrics = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {admin}"}).text
     for a, b in zip(single, together[:8], strict=True):  # padding inside a shared batch changes nothing
         assert a == pytest.approx(b, abs=1e-4)
     counts = {}
@@ -128,7 +129,8 @@ def test_rate_limit_and_daily_budget_answer_429_with_retry_after(victim, store):
         assert r.status_code == 429 and "budget" in r.json()["error"]
         assert 0 < int(r.headers["retry-after"]) <= 86400
         assert post(url, small, {"texts": ["a", "b"]}).status_code == 200  # exactly up to the budget
-        metrics = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {small}"}).text
+        admin = store.create_key("ops", scopes="admin")
+        metrics = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {admin}"}).text
     small_id = store.resolve_key("small").id
     assert store.used_today(small_id) == 5
     assert store.usage(small_id)[small_id]["audit_rows"] == 5
@@ -155,7 +157,8 @@ def test_metrics_healthz_and_openapi(victim, store):
     with serve(victim, store) as url:
         health = httpx.get(f"{url}/healthz").json()
         spec = httpx.get(f"{url}/openapi.json").json()
-        metrics = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {store.create_key('m')}"})
+        admin = store.create_key("m", scopes="admin")
+        metrics = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {admin}"})
     assert health["status"] == "ok" and health["labels"] == ["neg", "pos"]
     assert "/v1/predict" in spec["paths"] and "401" in spec["paths"]["/v1/predict"]["post"]["responses"]
     assert metrics.headers["content-type"].startswith("text/plain")

@@ -156,7 +156,8 @@ def test_unknown_task_and_mismatched_fields_are_422_and_not_charged(served, stor
     assert store.used_today(store.resolve_key("mt").id) == 0  # refused before admission: nothing charged
     assert post(client, key, {"texts": ["x"], "text_pairs": ["y"], "task": "stsb"}).status_code == 200
     assert store.used_today(store.resolve_key("mt").id) == 1
-    metrics = client.get("/metrics", headers={"Authorization": f"Bearer {key}"}).text
+    admin = store.create_key("ops", scopes="admin")
+    metrics = client.get("/metrics", headers={"Authorization": f"Bearer {admin}"}).text
     assert 'ptmlab_rejects_total{reason="invalid"} 6' in metrics
 
 

@@ -125,14 +125,16 @@ def test_bad_bodies_are_short_4xx_and_endpoints_show_no_paths(victim, store):
         assert "detector" not in health.json() and "state" not in health.json()
         assert health.json()["labels"] == ["neg", "pos"] and answer.json()["model"] == victim.name
         assert metrics.status_code == 401
-        assert httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+        assert httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {key}"}).status_code == 403
+        admin = store.create_key("ops", scopes="admin")  # /metrics shows every key's counts: admin keys only
+        assert httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {admin}"}).status_code == 200
 
         with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1]))) as s:  # leaves mid-body
             s.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key.encode() +
                       b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"texts\": [")
             time.sleep(0.3)
         time.sleep(0.5)
-        text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {key}"}).text
+        text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {admin}"}).text
         assert 'status="500"' not in text and 'status="499"} 1' in text, text
         assert httpx.get(f"{url}/healthz").json()["status"] == "ok"
     with serve_in_thread(create_app(str(victim), ServeConfig(detector=False, public_metrics=True), store)) as url:

@@ -21,6 +21,9 @@ def register(sub) -> None:
     c.add_argument("--burst", type=float, default=100.0,
                    help="token-bucket size: texts at once, and the most texts in one request (default 100)")
     c.add_argument("--daily-budget", type=int, default=100_000, help="texts per UTC day (default 100000)")
+    c.add_argument("--scopes", default="predict",
+                   help="what the key may do, comma-separated: predict (POST /v1/predict), admin (GET /metrics, every "
+                        "key's counts) (default predict)")
     c.set_defaults(func=create)
     ls = ks.add_parser("list", help="keys with limits and usage")
     ls.set_defaults(func=list_keys)
@@ -37,13 +40,14 @@ def register(sub) -> None:
 
 
 def create(args: argparse.Namespace) -> int:
-    from ptmlab.serve.state import check_limits, check_name, open_store
+    from ptmlab.serve.state import check_limits, check_name, check_scopes, open_store
 
     name = check_name(args.name)  # before touching the store
     check_limits(args.rate, args.burst, args.daily_budget)
-    key = open_store(args.state).create_key(name, args.rate, args.burst, args.daily_budget)
+    scopes = check_scopes(args.scopes)
+    key = open_store(args.state).create_key(name, args.rate, args.burst, args.daily_budget, scopes)
     print(f"created key '{name}' (rate {args.rate:g} texts/s, burst {args.burst:g} texts, daily budget "
-          f"{args.daily_budget} texts); it is shown only now, store it safely:")
+          f"{args.daily_budget} texts, scopes {','.join(scopes)}); it is shown only now, store it safely:")
     print(key)
     return 0
 
@@ -54,13 +58,13 @@ def list_keys(args: argparse.Namespace) -> int:
     store = open_store(args.state)
     usage = store.usage()
     print(f"{'id':>4}  {'name':20} {'created (UTC)':17} {'status':8} {'rate/s':>7} {'burst':>6} {'budget/day':>10} "
-          f"{'today':>8} {'queries':>9}")
+          f"{'today':>8} {'queries':>9}  scopes")
     for k in store.list_keys():
         created = dt.datetime.fromtimestamp(k.created, dt.UTC).strftime("%Y-%m-%d %H:%M")
         status = "revoked" if k.revoked else "active"
         total = usage.get(k.id, {}).get("queries", 0)
         print(f"{k.id:>4}  {printable_name(k.name)[:20]:20} {created:17} {status:8} {k.rate:>7g} {k.burst:>6g} "
-              f"{k.daily_budget:>10} {store.used_today(k.id):>8} {total:>9}")
+              f"{k.daily_budget:>10} {store.used_today(k.id):>8} {total:>9}  {','.join(k.scopes)}")
     return 0
 
 

@@ -1,13 +1,17 @@
 """The FastAPI app: ``POST /v1/predict``, ``GET /healthz``, ``GET /metrics`` and the OpenAPI spec.
 
-Order of checks for a prediction: key (401, from the header alone: an unauthenticated client never makes the server
-read or parse a body, and never learns why a body would be invalid), body size (413, while reading), request shape
+Order of checks for a prediction: key (400 for two Authorization headers; 401, from the header alone: an
+unauthenticated client never makes the server read or parse a body, and never learns why a body would be invalid;
+403 for a key without the predict scope), body size (413, while reading), request shape
 and limits (422), then admission in the state store (429 rate or budget, 403 blocked by the detector), per-request
 tokenization (422 naming the text), the batched forward pass (422 when this request's input makes the model fail,
 408 timeout, 429 queue full), and one committed transaction charging and logging the answer before it is sent.
 Input faults found after admission are charged and audited, so they are not free to repeat. Every store call runs
-in a thread: a locked store answers 503 with ``Retry-After`` and never stalls the event loop; ``/healthz`` and
-``/metrics`` wait for no writer (``/metrics`` only looks its key up, unless ``--public-metrics``).
+in a thread and is waited on for ``--state-timeout`` at most: a locked or unreachable store answers 503 with
+``Retry-After`` and never stalls the event loop; ``/healthz`` and ``/metrics`` wait for no writer (``/healthz`` pings
+the store on a thread of its own, ``/metrics`` only looks its key up and needs the admin scope, unless
+``--public-metrics``). Connection limits (head size, read and idle deadlines, connection cap) are the server's
+(``server.py``).
 
 Nothing a client sends is echoed back whole: an error quotes at most a short, escaped excerpt of it
 (``excerpt.py``). Without ``--public-metrics`` no unauthenticated answer names a path or a server setting.
@@ -21,6 +25,7 @@ charged once should cost one forward pass. An unknown task is a 422 naming the t
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import datetime as dt
 import json
@@ -103,7 +108,7 @@ class ErrorResponse(BaseModel):
     error: str
 
 
-ERRORS = {code: {"model": ErrorResponse} for code in (401, 403, 408, 413, 422, 429, 503)}
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 408, 413, 422, 429, 503)}
 REQUEST_BODY = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": PredictRequest.model_json_schema()}}}}
 
@@ -160,6 +165,34 @@ class RequestMetrics:
             self.metrics.request(499 if gone[0] and status[0] == 500 else status[0], time.perf_counter() - t0)
 
 
+class StoreHealth:
+    """Whether the state store answers, for ``/healthz``: a ping on a thread of its own (never queued behind
+    requests waiting on a stalled store), at most one per second, each given ``timeout`` seconds."""
+
+    def __init__(self, store: Store, timeout: float, every: float = 1.0):
+        self.store, self.timeout, self.every = store, timeout, every
+        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ptmlab-store-ping")
+        self.checked, self.ok, self.pending = float("-inf"), True, None
+
+    async def reachable(self) -> bool:
+        if time.monotonic() - self.checked < self.every:
+            return self.ok
+        loop = asyncio.get_running_loop()
+        if self.pending is None or self.pending.done() or self.pending.get_loop() is not loop:
+            self.pending = loop.run_in_executor(self.pool, self.store.ping)  # a ping still waiting is waited on
+            self.pending.add_done_callback(lambda f: f.cancelled() or f.exception())
+        try:
+            await asyncio.wait_for(asyncio.shield(self.pending), self.timeout)
+            ok = True
+        except Exception:  # noqa: BLE001 (StoreBusy, a timeout, the back-end's error: all say "unreachable")
+            ok = False
+        self.checked, self.ok = time.monotonic(), ok
+        return ok
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
 async def read_body(request: Request, limit: int) -> bytes | None:
     """The body, or None as soon as it is known to exceed ``limit`` bytes (declared or streamed)."""
     declared = request.headers.get("content-length")
@@ -208,6 +241,7 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
     async def lifespan(_app: FastAPI):
         yield
         batcher.close()
+        health.close()
 
     served = (f"tasks: {', '.join(t.name for t in info.tasks)}; name one with \"task\"" if info.tasks
               else f"labels: {', '.join(info.labels)}")
@@ -215,15 +249,27 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
     app = FastAPI(title="ptmlab inference API", version="1", lifespan=lifespan,
                   description=f"Predictions of {name} ({served}); output policy {policy.name}.")
     app.state.store, app.state.batcher, app.state.metrics, app.state.info = store, batcher, metrics, info
+    app.state.config = cfg  # the server reads its connection limits here
     app.router.redirect_slashes = False  # /v1/predict/ is 404, not a redirect a client may follow elsewhere
 
     async def in_thread(fn, *args, **kw):
         return await asyncio.to_thread(fn, *args, **kw)
 
+    async def in_store(fn, *args, **kw):
+        """A state-store call in a thread, given up after --state-timeout (503 + Retry-After): a store that stopped
+        answering (a frozen database, a dead network path) never holds a request longer."""
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(fn, *args, **kw), cfg.state_timeout)
+        except TimeoutError:
+            raise StoreBusy(f"the state store did not answer within {cfg.state_timeout:g}s") from None
+
+    health = StoreHealth(store, cfg.state_timeout)
+
     @app.exception_handler(StoreBusy)
     async def _busy(request: Request, exc: StoreBusy):
         metrics.reject("store")
-        return _error(503, "state store busy: retry after the Retry-After seconds", {"Retry-After": "1"})
+        return _error(503, "state store busy or unreachable: retry after the Retry-After seconds",
+                      {"Retry-After": "1"})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
@@ -232,17 +278,21 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
     app.add_middleware(RequestMetrics, metrics=metrics, path="/v1/predict")
 
     async def authenticate(request: Request) -> KeyInfo | None:
-        auth = request.headers.get("authorization", "")
+        given = request.headers.getlist("authorization")
+        if len(given) > 1:  # which one counts would be a guess (a proxy may add its own): refused
+            raise StarletteHTTPException(400, "more than one Authorization header: send exactly one")
+        auth = given[0] if given else ""
         scheme, _, key = auth.partition(" ")
         if scheme.lower() != "bearer" or not key.strip() or len(key) > 200:
             return None
-        return await in_thread(store.find_key, key.strip())
+        return await in_store(store.find_key, key.strip())
 
-    @app.get("/healthz")
-    async def healthz() -> dict:
+    @app.get("/healthz", responses={503: {"description": "the state store does not answer"}})
+    async def healthz():
         """Liveness and what a client may ask: the model's name, labels, task and every task a request may name
         with its labels; with --public-metrics also the model's path, the state store, the detector and the
-        precision. Never touches the state store."""
+        precision. ``store`` says whether the state store answers a ping (one per second at most, on its own
+        thread, waiting --state-timeout at most); when it does not, 503 with ``"store": "unreachable"``."""
         tasks = [{"name": t.name, "kind": t.kind, "labels": t.labels, "pair": t.pair} for t in info.tasks] or [
             {"name": info.task, "kind": "classification" if info.threshold is None else "multi-label",
              "labels": info.labels, "pair": info.pair, **({} if info.threshold is None else
@@ -254,15 +304,26 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
             out.update({"model": info.path, "parameters": info.parameters, "positions": info.positions,
                         "precision": predictor.precision, "queued_texts": batcher.waiting, "state": store.where,
                         "detector": cfg.detector_action if cfg.detector else "off"})
-        return out
+        if await health.reachable():
+            out["store"] = "ok"
+            return out
+        out.update({"status": "unavailable", "store": "unreachable",
+                    "error": "the state store does not answer: requests get 503 until it does"})
+        return JSONResponse(out, status_code=503, headers={"Retry-After": "1"})
 
-    @app.get("/metrics", response_class=PlainTextResponse, responses={401: {"model": ErrorResponse}})
+    @app.get("/metrics", response_class=PlainTextResponse,
+             responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 503)})
     async def prometheus(request: Request):
         """Prometheus text format: requests by status, rejects by reason, latency and batch-size histograms (needs
-        a key unless the server runs with --public-metrics)."""
-        if not cfg.public_metrics and await authenticate(request) is None:
-            return _error(401, "/metrics needs 'Authorization: Bearer KEY' (or serve with --public-metrics)",
-                          {"WWW-Authenticate": "Bearer"})
+        a key with the admin scope unless the server runs with --public-metrics)."""
+        if cfg.public_metrics:
+            return metrics.render()
+        key = await authenticate(request)
+        if key is None:
+            return _error(401, "/metrics needs 'Authorization: Bearer KEY' with an admin key (or serve with "
+                               "--public-metrics)", {"WWW-Authenticate": "Bearer"})
+        if "admin" not in key.scopes:
+            return _error(403, "/metrics needs a key with the admin scope: `ptmlab keys create --scopes admin`")
         return metrics.render()
 
     @app.post("/v1/predict", response_model=PredictResponse, responses=ERRORS, openapi_extra=REQUEST_BODY)
@@ -273,6 +334,10 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
             metrics.reject("auth")
             return _error(401, "missing, unknown or revoked API key: send 'Authorization: Bearer KEY' with a key "
                                "from `ptmlab keys create`", {"WWW-Authenticate": "Bearer"})
+        if "predict" not in key.scopes:
+            metrics.reject("auth")
+            return _error(403, "this key may not ask for predictions (no predict scope): use a key created with "
+                               "--scopes predict")
         body = await read_body(request, cfg.max_body)
         if body is None:
             metrics.reject("size")
@@ -286,35 +351,35 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
             metrics.reject("invalid")
             return _error(422, problem)
         n = len(req.texts)
-        adm = await in_thread(store.admit, key.id, n, hold_seconds, detector_policy)
+        adm = await in_store(store.admit, key.id, n, hold_seconds, detector_policy)
         if not adm.ok:
             return refused(key, adm)
         pairs = req.text_pairs or [None] * n
         try:
             encs, scores = await in_thread(prepare, req)
         except InputError as e:  # the client's input: charged and audited, so it is not free to repeat
-            await in_thread(store.settle, key.id, adm.hold, audit_rows(req.texts, pairs, [None] * n), (),
+            await in_store(store.settle, key.id, adm.hold, audit_rows(req.texts, pairs, [None] * n), (),
                             "invalid", detector_policy)
             metrics.reject("input")
             return _error(422, str(e))
         try:
             fut = batcher.submit(encs, head.name if head else None)
         except QueueFull:
-            await in_thread(store.release, adm.hold)
+            await in_store(store.release, adm.hold)
             metrics.reject("busy")
             return _error(429, "server busy (too many texts queued): retry shortly", {"Retry-After": "1"})
         try:
             probs = await asyncio.wait_for(fut, cfg.timeout)
         except BatchFailed as e:  # the server's fault: nothing charged
-            await in_thread(store.release, adm.hold)
+            await in_store(store.release, adm.hold)
             metrics.reject("server")
             return _error(503, str(e), {"Retry-After": "1"})
         except TimeoutError:
-            await in_thread(store.release, adm.hold)
+            await in_store(store.release, adm.hold)
             metrics.reject("timeout")
             return _error(408, f"no answer within {cfg.timeout:g}s: retry later or send fewer texts")
         except InputError as e:
-            await in_thread(store.settle, key.id, adm.hold, audit_rows(req.texts, pairs, scores), (), "model_error",
+            await in_store(store.settle, key.id, adm.hold, audit_rows(req.texts, pairs, scores), (), "model_error",
                             detector_policy)
             metrics.reject("input")
             return _error(422, f"{e}: change or drop the offending text")
@@ -337,7 +402,7 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
                     marks.append(mark)
             label_id = max(range(len(p)), key=p.__getitem__)
             answer.append(Prediction(label=labels[label_id], label_id=label_id, probs=policy.render(p)))
-        if not await in_thread(store.settle, key.id, adm.hold, audit_rows(req.texts, pairs, scores), marks, "ok",
+        if not await in_store(store.settle, key.id, adm.hold, audit_rows(req.texts, pairs, scores), marks, "ok",
                                detector_policy):
             return refused(key, type(adm)(False, reason="budget"))
         metrics.answered(n)

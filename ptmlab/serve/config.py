@@ -12,7 +12,10 @@ from ptmlab.serve.policy import parse_policy
 DETECTOR_ACTIONS = ("record", "throttle", "block")
 UPPER_BOUNDS = {"max_batch": 4096, "max_wait_ms": 10_000, "max_texts": 10_000, "max_chars": 1_000_000,
                 "max_body": 100_000_000, "timeout": 3600, "state_timeout": 600, "max_queue": 1_000_000,
-                "detector_min_queries": 1_000_000, "max_length": 1_000_000, "chunk": 4096}
+                "detector_min_queries": 1_000_000, "max_length": 1_000_000, "chunk": 4096,
+                "max_header_bytes": 1_048_576, "read_timeout": 3600, "keep_alive_timeout": 3600,
+                "max_connections": 100_000, "limit_concurrency": 100_000}
+MIN_HEADER_BYTES = 1024  # a request line and the usual headers (a key, a content type) fit
 
 
 def is_loopback(host: str) -> bool:
@@ -34,7 +37,9 @@ class ServeConfig(Validated):
                                      "detector_threshold", "detector_min_queries", "public_metrics"),
                                     "output policy and defences"),
                     **dict.fromkeys(("max_batch", "max_wait_ms", "max_texts", "max_chars", "max_body", "timeout",
-                                     "max_queue", "max_length", "precision", "chunk"), "batching and limits")}
+                                     "max_queue", "max_length", "precision", "chunk"), "batching and limits"),
+                   **dict.fromkeys(("max_header_bytes", "read_timeout", "keep_alive_timeout", "max_connections",
+                                    "limit_concurrency"), "connections")}
 
     host: str = opt("127.0.0.1", "address to bind (loopback by default; any other address is reachable from other "
                                  "machines and warned about; 0.0.0.0 or :: for every interface)")
@@ -61,21 +66,40 @@ class ServeConfig(Validated):
     precision: str = opt("auto", "forward passes in auto (bf16 where this CPU/GPU runs bf16 fast, else fp32), bf16 "
                                  "or fp32")
     public_metrics: bool = opt(False, "show /metrics and the full /healthz (model path, state, detector, precision) "
-                                      "without a key (off: /metrics needs a key, /healthz shows status and labels)")
+                                      "without a key (off: /metrics needs a key with the admin scope, /healthz shows "
+                                      "status and labels)")
     trust_pickle: bool = opt(False, "load RUN_DIR's pickle checkpoint (pytorch_model.bin) when it has no safetensors: "
                                     "only for a folder you trust (unpickling can run code)")
     chunk: int = opt(8, "run a batch as length-sorted chunks of this many texts, so short texts are not padded to "
                         "the longest (0: one chunk)")
+    max_header_bytes: int = opt(32_768, "largest request head (request line and headers together) in bytes; a "
+                                        "larger one is answered 431 and its connection closed")
+    read_timeout: float = opt(20.0, "seconds a client has to send a whole request (head and body) from its first "
+                                    "byte; a slower one is answered 408 and disconnected")
+    keep_alive_timeout: float = opt(5.0, "seconds a connection may stay open with no request in progress (a new one "
+                                         "included) before it is closed")
+    max_connections: int = opt(512, "most open client connections; one more is answered 503 and closed at once")
+    limit_concurrency: int = opt(256, "most connections and requests handled at once (uvicorn's limit_concurrency); a "
+                                      "request beyond it is answered 503")
 
     def validate(self) -> None:
         parse_policy(self.output_policy)
-        at_least(self, 1, "max_batch", "max_texts", "max_chars", "max_body", "max_queue", "detector_min_queries")
-        for name in ("max_wait_ms", "timeout", "state_timeout", "watermark_rate", "detector_threshold"):
+        at_least(self, 1, "max_batch", "max_texts", "max_chars", "max_body", "max_queue", "detector_min_queries",
+                 "max_connections", "limit_concurrency")
+        at_least(self, MIN_HEADER_BYTES, "max_header_bytes")
+        for name in ("max_wait_ms", "timeout", "state_timeout", "watermark_rate", "detector_threshold",
+                     "read_timeout", "keep_alive_timeout"):
             if not math.isfinite(getattr(self, name)):
                 raise PtmlabError(f"--{name.replace('_', '-')} must be a finite number, got {getattr(self, name)}")
         if self.max_wait_ms < 0 or self.timeout <= 0 or self.state_timeout <= 0:
             raise PtmlabError(f"--max-wait-ms must be >= 0, --timeout and --state-timeout > 0 (got "
                               f"{self.max_wait_ms}, {self.timeout}, {self.state_timeout})")
+        if self.read_timeout <= 0 or self.keep_alive_timeout <= 0:
+            raise PtmlabError(f"--read-timeout and --keep-alive-timeout must be > 0 (got {self.read_timeout}, "
+                              f"{self.keep_alive_timeout})")
+        if self.limit_concurrency > self.max_connections:
+            raise PtmlabError(f"--limit-concurrency ({self.limit_concurrency}) must be at most --max-connections "
+                              f"({self.max_connections}): raise --max-connections or lower --limit-concurrency")
         for name, top in UPPER_BOUNDS.items():  # larger values overflow timers, SQLite integers or memory
             if getattr(self, name) > top:
                 raise PtmlabError(f"--{name.replace('_', '-')} must be at most {top:g}, got {getattr(self, name):g}")

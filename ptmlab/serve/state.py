@@ -29,6 +29,8 @@ from pathlib import Path
 from ptmlab.core.errors import PtmlabError
 
 KEY_PREFIX = "ptm_"
+SCOPES = ("predict", "admin")  # predict: POST /v1/predict; admin: GET /metrics (every key's counts)
+DEFAULT_SCOPES = ("predict",)
 
 
 class StoreBusy(PtmlabError):
@@ -69,6 +71,7 @@ class KeyInfo:
     rate: float  # texts per second refilled into the key's bucket
     burst: float  # texts the bucket holds
     daily_budget: int  # texts per UTC day
+    scopes: tuple[str, ...] = DEFAULT_SCOPES  # what the key may do (SCOPES)
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,18 @@ def check_limits(rate: float, burst: float, daily_budget: int) -> None:
     if rate > MAX_RATE or burst > MAX_RATE or daily_budget > MAX_BUDGET:
         raise PtmlabError(f"limits too large (rate {rate:.6g}, burst {burst:.6g}, daily budget {daily_budget:.6g}): "
                           f"pass --rate and --burst <= {MAX_RATE:g}, --daily-budget <= {MAX_BUDGET:g}")
+
+
+def check_scopes(scopes) -> tuple[str, ...]:
+    """Scopes as stored: known, each once, in ``SCOPES`` order; a comma-separated string or a sequence."""
+    from ptmlab.serve.excerpt import excerpt
+
+    given = [x.strip() for x in (scopes.split(",") if isinstance(scopes, str) else scopes) if x.strip()]
+    bad = [x for x in given if x not in SCOPES]
+    if bad or not given:
+        raise PtmlabError(f"unknown or no key scope '{excerpt(','.join(bad))}': pass --scopes with one or more of "
+                          f"{', '.join(SCOPES)} (e.g. --scopes predict,admin)")
+    return tuple(x for x in SCOPES if x in given)
 
 
 def check_name(name: str) -> str:
@@ -201,15 +216,18 @@ class Store:
         return cur.execute(self._sql(sql), params)
 
     # -- keys -------------------------------------------------------------------------------------------------------
-    def create_key(self, name: str, rate: float = 50.0, burst: float = 100.0, daily_budget: int = 100_000) -> str:
-        """A new key (returned once, never stored in clear)."""
+    def create_key(self, name: str, rate: float = 50.0, burst: float = 100.0, daily_budget: int = 100_000,
+                   scopes=DEFAULT_SCOPES) -> str:
+        """A new key (returned once, never stored in clear); ``scopes``: what it may do (``SCOPES``)."""
         name = check_name(name)
         check_limits(rate, burst, daily_budget)
+        scopes = check_scopes(scopes)
         self._refuse_lookalike(name)
         key = KEY_PREFIX + secrets.token_urlsafe(32)
-        self._write(lambda cur: self._x(cur, "INSERT INTO keys (name, key_hash, created, rate, burst, daily_budget) "
-                                             "VALUES (?, ?, ?, ?, ?, ?)",
-                                        (name, hash_key(key), time.time(), rate, burst, daily_budget)))
+        self._write(lambda cur: self._x(cur, "INSERT INTO keys (name, key_hash, created, rate, burst, daily_budget, "
+                                             "scopes) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                        (name, hash_key(key), time.time(), rate, burst, daily_budget,
+                                         ",".join(scopes))))
         return key
 
     def _refuse_lookalike(self, name: str) -> None:
@@ -224,17 +242,21 @@ class Store:
                                   f"('{printable_name(k.name)}') but is spelt with other characters: pass a name "
                                   f"that reads differently")
 
-    _KEY_COLS = "id, name, created, revoked, rate, burst, daily_budget"
+    _KEY_COLS = "id, name, created, revoked, rate, burst, daily_budget, scopes"
+
+    @staticmethod
+    def _key_info(row) -> KeyInfo:
+        return KeyInfo(*row[:-1], scopes=tuple(x for x in str(row[-1] or "").split(",") if x in SCOPES))
 
     def list_keys(self) -> list[KeyInfo]:
-        return [KeyInfo(*r) for r in self._read(f"SELECT {self._KEY_COLS} FROM keys ORDER BY id")]
+        return [self._key_info(r) for r in self._read(f"SELECT {self._KEY_COLS} FROM keys ORDER BY id")]
 
     def find_key(self, key: str) -> KeyInfo | None:
         """The key's record if it exists and is not revoked (a read: never waits for the write lock)."""
         rows = self._read(f"SELECT {self._KEY_COLS} FROM keys WHERE key_hash = ?", (hash_key(key),))
         if not rows or rows[0][3] is not None:
             return None
-        return KeyInfo(*rows[0])
+        return self._key_info(rows[0])
 
     def resolve_key(self, ref: str) -> KeyInfo:
         """A key by id or name (for the CLI)."""
@@ -254,6 +276,10 @@ class Store:
     def revoke(self, key_id: int) -> None:
         self._write(lambda cur: self._x(cur, "UPDATE keys SET revoked = ? WHERE id = ? AND revoked IS NULL",
                                         (time.time(), key_id)))
+
+    def ping(self) -> None:
+        """One round trip to the store (``/healthz``): ``StoreBusy`` (or the back-end's error) when it fails."""
+        self._read("SELECT 1")
 
     # -- admission and accounting -----------------------------------------------------------------------------------
     def admit(self, key_id: int, n: int, hold_seconds: float, policy: DetectorPolicy | None = None) -> Admission:

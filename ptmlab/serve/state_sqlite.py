@@ -21,7 +21,8 @@ from ptmlab.serve.state import Store, StoreBusy, state_home, text_hash
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL, key_hash TEXT NOT NULL UNIQUE, created REAL NOT NULL,
-    revoked REAL, rate REAL NOT NULL, burst REAL NOT NULL, daily_budget INTEGER NOT NULL);
+    revoked REAL, rate REAL NOT NULL, burst REAL NOT NULL, daily_budget INTEGER NOT NULL,
+    scopes TEXT NOT NULL DEFAULT 'predict');
 CREATE TABLE IF NOT EXISTS usage (
     key_id INTEGER NOT NULL, day TEXT NOT NULL, queries INTEGER NOT NULL, requests INTEGER NOT NULL,
     PRIMARY KEY (key_id, day));
@@ -111,10 +112,12 @@ class SqliteStore(Store):
         return None
 
     def _migrate(self, db: sqlite3.Connection) -> None:
-        """Older databases: add the audit outcome; replace plaintext watermark records by hashes."""
+        """Older databases: add the audit outcome and key scopes; replace plaintext watermark records by hashes."""
         cols = {r[1] for r in db.execute("PRAGMA table_info(audit)")}
         if "outcome" not in cols:
             db.execute("ALTER TABLE audit ADD COLUMN outcome TEXT NOT NULL DEFAULT 'ok'")
+        if "scopes" not in {r[1] for r in db.execute("PRAGMA table_info(keys)")}:
+            db.execute("ALTER TABLE keys ADD COLUMN scopes TEXT NOT NULL DEFAULT 'predict'")
         if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'watermark'").fetchone():
             db.execute("BEGIN IMMEDIATE")
             rows = db.execute("SELECT key_id, kind, text, text_pair, true_label, given_label FROM watermark "
