@@ -115,8 +115,8 @@ def test_the_extractor_finds_commands_in_code_blocks_and_spans(tmp_path):
 
 def test_the_check_catches_a_renamed_option_and_an_unknown_study(monkeypatch):
     assert parse_error(["finetune", "--task", "sst2", "--output", "r"], monkeypatch) is None
-    assert "unrecognized arguments: --learning-rate" in parse_error(
-        ["finetune", "--task", "sst2", "--learning-rate", "1e-4"], monkeypatch)
+    assert "unrecognized arguments: --learn-rate" in parse_error(
+        ["finetune", "--task", "sst2", "--learn-rate", "1e-4"], monkeypatch)
     assert parse_error(["study", "objectives", "--seeds", "0,1", "--budget", "small"], monkeypatch) is None
     assert "--no-such-flag" in parse_error(["study", "objectives", "--no-such-flag"], monkeypatch)
     assert "no-such-study" in parse_error(["study", "no-such-study", "--seeds", "0"], monkeypatch)

@@ -253,3 +253,31 @@ def test_distillation_trainer_names_an_unknown_loss(data, tmp_path):
     with pytest.raises(PtmlabError, match="soft_kl"):
         DistillationTrainer(model=load_model("tiny", num_labels=2), args=_args(tmp_path), train_dataset=ds,
                             teacher=teacher, losses=["soft_kl"])
+
+
+def test_distillation_trainer_distils_a_multi_label_teacher(data, tmp_path):
+    """A multi-label teacher (sigmoid per class) is distilled with the binary objective, not softmax CE."""
+    from ptmlab.core.errors import PtmlabError
+
+    ds, tok = data
+    rows = ds.map(lambda r: {"labels": [float(r["label"]), 1.0 - float(r["label"]), 1.0]}).remove_columns("label")
+    torch.manual_seed(0)
+    teacher = load_model("tiny", num_labels=3, multi_label=True)
+    Trainer(model=teacher, args=_args(tmp_path / "t", max_steps=40), train_dataset=rows,
+            data_collator=DataCollatorWithPadding(tok)).train()
+    student = load_model("tiny", num_labels=3, multi_label=True)
+    trainer = DistillationTrainer(model=student, args=_args(tmp_path / "s", max_steps=30), train_dataset=rows,
+                                  data_collator=DataCollatorWithPadding(tok), teacher=teacher, alpha=1.0)
+    assert trainer.objective.multi_label
+    trainer.train()
+
+    @torch.no_grad()
+    def label_sets(model):
+        batch = DataCollatorWithPadding(tok)([{k: ds[i][k] for k in ("input_ids", "attention_mask")}
+                                              for i in range(128)])
+        return model.eval()(**batch).logits.sigmoid() > 0.5
+
+    assert (label_sets(student) == label_sets(teacher)).all(-1).float().mean() > 0.8
+    with pytest.raises(PtmlabError, match="one multi-label, one single-label"):
+        DistillationTrainer(model=load_model("tiny", num_labels=3), args=_args(tmp_path / "x"), train_dataset=rows,
+                            teacher=teacher)

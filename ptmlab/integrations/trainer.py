@@ -187,9 +187,16 @@ class DistillationTrainer(Trainer):
         self.teacher_out = LiveTeacher(self.teacher, None, 0, needs, Shapes(self.teacher, rel),
                                        self.args.per_device_train_batch_size)
         regression = getattr(self.model.config, "num_labels", 2) == 1
+        from ptmlab.core.errors import PtmlabError
+
+        multi_label = [getattr(m.config, "problem_type", None) == "multi_label_classification"
+                       for m in (self.model, teacher)]
+        if multi_label[0] != multi_label[1]:
+            raise PtmlabError("the student and the teacher answer differently (one multi-label, one single-label): "
+                              "give both the same problem_type")
         self.objective = DistillObjective(self.model, matches, self.teacher_out, s_info, t_info,
                                           temperature=temperature, alpha=alpha, regression=regression,
-                                          relation_heads=rel).to(self.args.device)
+                                          relation_heads=rel, multi_label=multi_label[0]).to(self.args.device)
 
     def create_optimizer(self, *args, **kwargs):
         """The Trainer's optimizer, plus the distillation projections (when the widths differ) at its rate."""
