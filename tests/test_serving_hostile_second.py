@@ -129,3 +129,68 @@ def test_accented_random_queries_are_blocked_like_plain_ones(victim, store):
     assert blocked.status_code == 403 and "extraction" in blocked.json()["error"]
     scored, score = store.key_score(store.resolve_key("thief").id)
     assert scored == 30 and score > 0.9
+
+
+# -- 6-9: odd input that crashed, and settings that contradict ------------------------------------------------------
+def test_deeply_nested_json_is_a_one_line_error(tmp_path):
+    import httpx
+
+    from ptmlab.extraction.client import _checked
+    from ptmlab.serve.defences import read_queries
+
+    deep = b"[" * 200_000 + b"]" * 200_000
+    with pytest.raises(PtmlabError, match="nests too deep"):
+        _checked(httpx.Response(200, content=deep), 1)
+    (tmp_path / "q.json").write_bytes(b'{"texts": ' + deep + b"}")
+    with pytest.raises(PtmlabError, match="is not a queries.json"):
+        read_queries(str(tmp_path / "q.json"))
+
+
+def test_a_victim_answering_huge_probabilities_is_refused():
+    import httpx
+
+    from ptmlab.extraction.client import _checked
+
+    body = {"label_names": ["neg", "pos"], "policy": "probs",
+            "predictions": [{"label_id": 0, "probs": [1e308, 1e308]}]}
+    with pytest.raises(PtmlabError, match=r"numbers in \[0, 1\]"):
+        _checked(httpx.Response(200, json=body), 1)
+
+
+def test_settings_that_never_end_or_contradict_are_refused(tmp_path):
+    from ptmlab.core.config import build_config, load_yaml
+    from ptmlab.extraction.extract import ExtractConfig
+
+    with pytest.raises(PtmlabError, match="--epochs must be at most"):
+        build_config(ExtractConfig, {"victim": "http://127.0.0.1:1", "epochs": 1e308})
+    with pytest.raises(PtmlabError, match="--seed must be in 0.."):
+        build_config(ExtractConfig, {"victim": "http://127.0.0.1:1", "seed": 10**23})
+    (tmp_path / "c.yaml").write_text("chunk: null\n")
+    with pytest.raises(PtmlabError, match="option 'chunk' .* is empty \\(null\\).*default: 32"):
+        build_config(ExtractConfig, load_yaml(tmp_path / "c.yaml"))
+    with pytest.raises(PtmlabError, match="--max-wait-ms 10000 leaves no time within --timeout 2"):
+        ServeConfig(max_wait_ms=10_000, timeout=2)
+    out = tmp_path / "copy"
+    proc = run_cli("extract", "--victim", "http://127.0.0.1:9", "--seed", str(10**23), "--output", str(out))
+    assert_clean_error(proc, "--seed")
+    assert not out.exists()  # refused before anything was queried or written
+
+
+def test_a_tiny_rate_is_refused_and_a_stored_one_still_answers(store):
+    from ptmlab.serve.ratelimit import MAX_RETRY_AFTER, retry_after_header
+
+    with pytest.raises(PtmlabError, match="--rate 1e-310 is below"):
+        store.create_key("slow", rate=1e-310)
+    assert retry_after_header(1 / 1e-310) == str(MAX_RETRY_AFTER)
+    assert retry_after_header(float("nan")) == str(MAX_RETRY_AFTER) and retry_after_header(0.2) == "1"
+
+
+def test_key_names_that_look_alike_are_refused(store):
+    store.create_key("alice")
+    for lookalike in ("\u0430lice", "ａｌｉｃｅ", "ALICE", "álice", "\u03b1lice"):  # Cyrillic, full width, case, ...
+        with pytest.raises(PtmlabError, match="looks like the name of key"):
+            store.create_key(lookalike)
+    with pytest.raises(PtmlabError, match="printable"):  # an invisible character is no name at all
+        store.create_key("al\u200bice")
+    store.create_key("alice")  # the same name again stays allowed: keys are told apart by id
+    assert store.create_key("bob").startswith("ptm")

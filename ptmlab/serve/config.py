@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ptmlab.core.config import Validated, at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.serve.policy import parse_policy
+from ptmlab.train.args import PRECISION_HELP, PRECISIONS
 
 DETECTOR_ACTIONS = ("record", "throttle", "block")
 UPPER_BOUNDS = {"max_batch": 4096, "max_wait_ms": 10_000, "max_texts": 10_000, "max_chars": 1_000_000,
@@ -63,8 +64,7 @@ class ServeConfig(Validated):
     detector_min_queries: int = opt(20, "scored queries before a key can be flagged")
     max_length: int = opt(0, "truncate inputs to this many tokens (0: the run's --max-length; at most the model's "
                              "positions)")
-    precision: str = opt("auto", "forward passes in auto (bf16 where this CPU/GPU runs bf16 fast, else fp32), bf16 "
-                                 "or fp32")
+    precision: str = opt("auto", f"forward passes in {PRECISION_HELP}", choices=list(PRECISIONS))
     public_metrics: bool = opt(False, "show /metrics and the full /healthz (model path, state, detector, precision) "
                                       "without a key (off: /metrics needs a key with the admin scope, /healthz shows "
                                       "status and labels)")
@@ -94,6 +94,10 @@ class ServeConfig(Validated):
         if self.max_wait_ms < 0 or self.timeout <= 0 or self.state_timeout <= 0:
             raise PtmlabError(f"--max-wait-ms must be >= 0, --timeout and --state-timeout > 0 (got "
                               f"{self.max_wait_ms}, {self.timeout}, {self.state_timeout})")
+        if self.max_wait_ms / 1000 >= self.timeout / 2:  # a lone request waits for company, then must still run
+            raise PtmlabError(f"--max-wait-ms {self.max_wait_ms:g} leaves no time within --timeout {self.timeout:g} s "
+                              f"for the batch to run: keep --max-wait-ms under half of --timeout "
+                              f"({self.timeout * 500:g} ms)")
         if self.read_timeout <= 0 or self.keep_alive_timeout <= 0:
             raise PtmlabError(f"--read-timeout and --keep-alive-timeout must be > 0 (got {self.read_timeout}, "
                               f"{self.keep_alive_timeout})")
@@ -113,8 +117,8 @@ class ServeConfig(Validated):
                               f"'{self.detector_action}'")
         if not 0 < self.detector_threshold < 1:
             raise PtmlabError(f"--detector-threshold must be in (0, 1), got {self.detector_threshold}")
-        if self.precision not in ("auto", "bf16", "fp32"):
-            raise PtmlabError(f"--precision must be auto, bf16 or fp32, got '{self.precision}'")
+        if self.precision not in PRECISIONS:
+            raise PtmlabError(f"--precision must be one of {', '.join(PRECISIONS)}, got '{self.precision}'")
         if self.chunk < 0 or self.max_length < 0:
             raise PtmlabError(f"--chunk and --max-length must be >= 0, got {self.chunk}, {self.max_length}")
         if not 0 < self.port < 65536:
