@@ -171,6 +171,8 @@ def test_builtin_conll2003_finetunes_and_evaluate_prints_entity_f1(tmp_path):
 def test_serve_answers_a_tokens_request_with_tags_per_word(ner_run, tmp_path):
     import httpx
 
+    import ptmlab
+
     from ptmlab.serve.app import create_app
     from ptmlab.serve.config import ServeConfig
     from ptmlab.serve.server import serve_in_thread
@@ -188,10 +190,20 @@ def test_serve_answers_a_tokens_request_with_tags_per_word(ner_run, tmp_path):
             assert p["tokens"] == ["elena", "garcia", "from", "quito"]
             assert p["tags"] == ["B-PER", "I-PER", "O", "B-GEO"]
             assert all(abs(sum(d) - 1) < 1e-3 for d in p["probs"])
+            assert [(e["entity_group"], e["word"], e["start"], e["end"]) for e in p["entities"]] == \
+                [("PER", "elena garcia", 0, 12), ("GEO", "quito", 18, 23)]
             bad = httpx.post(f"{url}/v1/predict", json={"question": "who?", "context": "x"}, headers=auth)
             assert bad.status_code == 422 and "tags words" in bad.json()["error"]
-            r = httpx.post(f"{url}/v1/predict", json={"texts": ["the visit to oslo"]}, headers=auth)
-            assert r.status_code == 200 and r.json()["predictions"][0]["tags"] == ["O", "O", "O", "B-GEO"]
+            text = "the visit to oslo, then"  # words as ptmlab predict splits them: "oslo" and "," apart
+            r = httpx.post(f"{url}/v1/predict", json={"texts": [text]}, headers=auth)
+            served = r.json()["predictions"][0]
+            local = ptmlab.load(run).predict([text])[0]
+            assert r.status_code == 200 and served["tokens"] == local["tokens"] == ["the", "visit", "to", "oslo", ",",
+                                                                                    "then"]
+            assert served["tags"] == local["tags"] and served["tags"][3] == "B-GEO"
+            assert [(e["entity_group"], e["start"], e["end"]) for e in served["entities"]] == \
+                [(e["entity_group"], e["start"], e["end"]) for e in local["entities"]]
+            assert all(text[e["start"]:e["end"]] == e["word"] for e in served["entities"])
             # the same quota path as every request: the key's daily budget of 2 texts is spent
             r = httpx.post(f"{url}/v1/predict", json={"tokens": ["oslo"]}, headers=auth)
             assert r.status_code == 429 and "budget" in r.json()["error"]

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ptmlab.core.errors import PtmlabError
@@ -54,6 +54,7 @@ class PredictRequest(BaseModel):
     text_pairs: list[str] | None = Field(None, description="second sentences, one per text, for pair tasks")
     task: str | None = Field(None, description="the head of a multi-task run that answers (default: its first task; "
                                                "see GET /healthz)")
+    _words: list[list[str]] | None = PrivateAttr(None)  # a tagger's sentence sent as words (a tokens request)
 
 
 class SpanRequest(BaseModel):
@@ -66,17 +67,26 @@ class SpanRequest(BaseModel):
     task: str | None = None
 
 
+class Entity(BaseModel):
+    entity_group: str
+    score: float | None = None  # the mean of its words' tag probabilities, by the output policy
+    word: str  # text[start:end]
+    start: int
+    end: int
+
+
 class Tags(BaseModel):
     tokens: list[str]
     tags: list[str]  # one per word (a word past the model's window gets O)
     probs: list[list[float] | None] | None = None  # each word's tag distribution, by the output policy
+    entities: list[Entity]  # the words grouped as ptmlab predict (and transformers' pipeline) group them
 
 
 class Answer(BaseModel):
     answer: str  # context[start:end]
     start: int
     end: int
-    score: float  # start + end logit
+    score: float  # p(start) * p(end) of the span, as transformers' question-answering pipeline scores it
     probability: float | None = None  # among the best candidate spans, by the output policy
 
 
@@ -414,13 +424,20 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
             shown = policy.render([p["probability"]])
             return Answer(answer=p["answer"], start=p["start"], end=p["end"], score=policy.score(p["score"]),
                           probability=shown[0] if shown else None)
-        words = text.split()
-        tags = [labels[max(range(len(w)), key=w.__getitem__)] if w else "O" for w in p["words"]]
+        from ptmlab.train.spans import entity_groups
+
+        best = [max(range(len(w)), key=w.__getitem__) if w else None for w in p["words"]]
+        tags = [labels[b] if b is not None else "O" for b in best]
         shown = [policy.render(w) if w else None for w in p["words"]]
-        return Tags(tokens=words, tags=tags, probs=shown if policy.show_probs else None)
+        sentence, spans = p["sentence"], p["spans"]
+        groups = entity_groups(sentence, spans, tags, [w[b] if b is not None else None
+                                                       for w, b in zip(p["words"], best, strict=True)])
+        entities = [Entity(**{**g, "score": policy.score(g["score"]) if policy.show_probs else None}) for g in groups]
+        return Tags(tokens=[sentence[s:e] for s, e in spans], tags=tags, probs=shown if policy.show_probs else None,
+                    entities=entities)
 
     def prepare(req: PredictRequest):
-        encs = predictor.encode(req.texts, req.text_pairs)
+        encs = predictor.encode(req.texts, req.text_pairs, req._words)
         scores = detector.score(req.texts) if detector else [None] * len(req.texts)
         return encs, scores
 
@@ -474,7 +491,9 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
             bad = next((i for i, t in enumerate(s.tokens) if not t or t != t.strip() or len(t.split()) != 1), None)
             if bad is not None:
                 return None, f"token {bad} is empty or holds whitespace: send one word per token"
-            return PredictRequest(texts=[" ".join(s.tokens)], task=s.task), None
+            req = PredictRequest(texts=[" ".join(s.tokens)], task=s.task)
+            req._words = [list(s.tokens)]
+            return req, None
         if predictor.span != "extractive-qa":
             return None, 'this model does not answer questions: send {"texts": ["..."]}' if not predictor.span \
                 else 'this model tags words: send {"tokens": ["...", "..."]}'

@@ -126,21 +126,24 @@ class Predictor:
                               f"{self.info.task or 'none'}): drop 'task'")
         return None
 
-    def encode(self, texts: list[str], pairs: list[str] | None = None) -> list[Encoding]:
-        """Token ids per example (truncated to ``max_length``); ``InputError`` names the first text that fails."""
+    def encode(self, texts: list[str], pairs: list[str] | None = None,
+               words: list[list[str]] | None = None) -> list[Encoding]:
+        """Token ids per example (truncated to ``max_length``); ``InputError`` names the first text that fails.
+        ``words``: a tagger's sentences given as words (a ``tokens`` request), instead of ``texts`` split by the
+        tokenizer's pre-tokenizer."""
         try:
-            return self._encode(texts, pairs)
+            return self._encode(texts, pairs, words)
         except Exception:  # find the culprit, so the client learns which text to fix
             for i, t in enumerate(texts):
                 try:
-                    self._encode([t], [pairs[i]] if pairs is not None else None)
+                    self._encode([t], [pairs[i]] if pairs is not None else None, [words[i]] if words else None)
                 except Exception as e:
                     raise InputError(f"text {i} cannot be tokenized ({type(e).__name__}: {_short(e)})") from None
             raise
 
-    def _encode(self, texts: list[str], pairs: list[str] | None) -> list[Encoding]:
+    def _encode(self, texts: list[str], pairs: list[str] | None, words=None) -> list[Encoding]:
         if self.span:
-            return self._encode_span(texts, pairs)
+            return self._encode_span(texts, pairs, words)
         with self.lock:
             enc = self.tokenizer(texts, pairs, truncation=True, max_length=self.info.max_length)
         keys = [k for k in ("input_ids", "token_type_ids") if k in enc]
@@ -149,33 +152,39 @@ class Predictor:
             e["attention_mask"] = [1] * len(e["input_ids"])
         return out
 
-    def _encode_span(self, texts: list[str], pairs: list[str] | None) -> list[Encoding]:
-        """One encoding per sentence (its words: the text split on whitespace) or per question (every window of its
-        context, ``pairs``), holding the features ``train.spans`` reads."""
+    def _encode_span(self, texts: list[str], pairs: list[str] | None, words=None) -> list[Encoding]:
+        """One encoding per sentence (its words as ``ptmlab predict`` splits a text: the tokenizer's pre-tokenizer,
+        or the words given) or per question (every window of its context, ``pairs``), holding the features
+        ``train.spans`` reads and, for a sentence, its text and the character spans of its words."""
         from ptmlab.data.qa import QASplit, qa_features
         from ptmlab.data.tokens import TokenSplit, encode_tokens
+        from ptmlab.train.spans import sentence_spans
 
         out = []
         for i, text in enumerate(texts):
             with self.lock:
                 if self.span == "token-classification":
-                    if not text.split():
+                    sentence, spans = sentence_spans(self.tokenizer, words[i] if words else text)
+                    if not spans:
                         raise InputError(f"text {i} has no words to tag")
-                    feats = encode_tokens(self.tokenizer, TokenSplit([text.split()], None, [0]), self.info.max_length)
-                else:
-                    if pairs is None:
-                        raise InputError("a question needs its context: send {\"question\": ..., \"context\": ...}")
-                    try:
-                        feats = qa_features(self.tokenizer, QASplit([text], [pairs[i]], None, [0]),
-                                            self.info.max_length, min(self.doc_stride, self.info.max_length // 4),
-                                            where=f"question {i}")
-                    except PtmlabError as e:
-                        raise InputError(str(e)) from None
+                    feats = encode_tokens(self.tokenizer, TokenSplit([[sentence[s:e] for s, e in spans]], None, [0]),
+                                          self.info.max_length)
+                    out.append({"input_ids": [t for ids in feats.input_ids for t in ids], "span": feats,
+                                "sentence": sentence, "spans": spans})
+                    continue
+                if pairs is None:
+                    raise InputError("a question needs its context: send {\"question\": ..., \"context\": ...}")
+                try:
+                    feats = qa_features(self.tokenizer, QASplit([text], [pairs[i]], None, [0]),
+                                        self.info.max_length, min(self.doc_stride, self.info.max_length // 4),
+                                        where=f"question {i}")
+                except PtmlabError as e:
+                    raise InputError(str(e)) from None
             out.append({"input_ids": [t for ids in feats.input_ids for t in ids], "span": feats})
         return out
 
     def _forward_span(self, encs: list[Encoding]) -> list[dict]:
-        """Tags per word (``{"tokens", "tags", "probs"}``: each word's tag distribution) or the best answer
+        """Each word's tag distribution (``{"words", "sentence", "spans"}``) or the best answer
         (``{"answer", "start", "end", "score", "probability"}``) of every encoding, in one batched pass."""
         import numpy as np
 
@@ -186,7 +195,7 @@ class Predictor:
         merged = _merge(feats)
         logits = span_logits(self.model, merged, max(len(merged), 1), self.precision, desc="serve")
         out, pos = [], 0
-        for f in feats:
+        for e, f in zip(encs, feats, strict=True):
             part = logits[pos:pos + len(f)]
             pos += len(f)
             if self.span == "extractive-qa":
@@ -202,7 +211,7 @@ class Predictor:
                 if w is not None and w not in seen:
                     seen.add(w)
                     words[w] = probs[t].tolist()
-            out.append({"words": words})  # a word past --max-length has no distribution: []
+            out.append({"words": words, "sentence": e["sentence"], "spans": e["spans"]})  # past --max-length: []
         return out
 
     def tokens(self, enc: Encoding) -> list[str]:

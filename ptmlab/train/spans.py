@@ -177,7 +177,7 @@ def entity_groups(text: str, spans: list[tuple[int, int]], tags: list[str], scor
     return out
 
 
-def _sentence(tokenizer, item) -> tuple[str, list[tuple[int, int]]]:
+def sentence_spans(tokenizer, item) -> tuple[str, list[tuple[int, int]]]:
     """(text, word spans) of a sentence given as a text (pre-tokenized) or as words (joined by single spaces)."""
     if isinstance(item, str):
         return item, text_words(tokenizer, item)
@@ -200,7 +200,7 @@ def tag_words(model, tokenizer, sentences: list, max_length: int = 128, batch_si
     from ptmlab.data.tokens import TokenSplit, encode_tokens
 
     labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
-    prepared = [_sentence(tokenizer, s) for s in sentences]
+    prepared = [sentence_spans(tokenizer, s) for s in sentences]
     for i, (_, spans) in enumerate(prepared):
         if not spans:
             raise PtmlabError(f"item {i} of the input has no words to tag: give every sentence some")
