@@ -6,37 +6,27 @@ from __future__ import annotations
 
 import argparse
 
-from ptmlab.core.config import add_config_args, resolve_config
+from ptmlab.core.cli_parser import config_command
+from ptmlab.core.config import resolve_config
 
 
 def register(sub) -> None:
     from ptmlab.compress.config import CompressConfig, PruneConfig, QuantizeConfig
 
-    p = sub.add_parser("prune", help="remove attention heads, FFN neurons or layers, then recover by fine-tuning",
-                       description="Score heads and FFN neurons, slice out the least important ones (real weight "
-                                   "removal), fine-tune to recover; writes a run directory that `ptmlab evaluate` "
-                                   "loads.")
-    p.add_argument("model", metavar="RUN_DIR_OR_MODEL", help="a fine-tuned run directory or model")
-    p.add_argument("--config", help="YAML file with options (flags override it)")
-    add_config_args(p, PruneConfig, exclude=("model", "epochs"))
-    p.set_defaults(func=_prune)
-
-    q = sub.add_parser("quantize", help="int8 / k-bit quantization with size, latency and dev metric",
-                       description="Measure torch dynamic int8, ONNX fp32 and onnxruntime int8, and simulated k-bit "
-                                   "weights against the fp32 model; writes the ONNX int8 model and a report.")
-    q.add_argument("model", metavar="RUN_DIR_OR_MODEL", help="a fine-tuned run directory or model")
-    q.add_argument("--config", help="YAML file with options (flags override it)")
-    add_config_args(q, QuantizeConfig, exclude=("model",))
-    q.set_defaults(func=_quantize)
-
-    c = sub.add_parser("compress", help="run compression steps in order and tabulate each step's cost",
-                       description="Apply steps (vocab, heads=F, ffn=F, layers=I+J, magnitude=F, lowrank=R, share=G, "
-                                   "int8) in order; report size, parameters, latency and dev metric after each, "
-                                   "with a Pareto plot.")
-    c.add_argument("model", metavar="RUN_DIR", help="a fine-tuned run directory or model")
-    c.add_argument("--config", help="YAML file with options (flags override it)")
-    add_config_args(c, CompressConfig, exclude=("model",))
-    c.set_defaults(func=_compress)
+    model = ("model", "RUN_DIR_OR_MODEL", "a fine-tuned run directory or model")
+    config_command(sub, "prune", PruneConfig, _prune, thing=model, exclude=("model", "epochs"),
+                   help="remove attention heads, FFN neurons or layers, then recover by fine-tuning",
+                   description="Score heads and FFN neurons, slice out the least important ones (real weight "
+                               "removal), fine-tune to recover; writes a run directory that `ptmlab evaluate` loads.")
+    config_command(sub, "quantize", QuantizeConfig, _quantize, thing=model, exclude=("model",),
+                   help="int8 / k-bit quantization with size, latency and dev metric",
+                   description="Measure torch dynamic int8, ONNX fp32 and onnxruntime int8, and simulated k-bit "
+                               "weights against the fp32 model; writes the ONNX int8 model and a report.")
+    config_command(sub, "compress", CompressConfig, _compress, thing=("model", "RUN_DIR", model[2]),
+                   exclude=("model",), help="run compression steps in order and tabulate each step's cost",
+                   description="Apply steps (vocab, heads=F, ffn=F, layers=I+J, magnitude=F, lowrank=R, share=G, "
+                               "int8) in order; report size, parameters, latency and dev metric after each, with a "
+                               "Pareto plot.")
 
     from ptmlab.compress.transform import CHANGES
 
@@ -55,11 +45,9 @@ def register(sub) -> None:
                        "through new zero-initialised weights; fine-tune (--recover-epochs) to train them.")}
     for verb, (cls, _) in CHANGES.items():
         short, long = helps[verb]
-        v = sub.add_parser(verb, help=short, description=long)
-        v.add_argument("model", metavar="RUN_DIR_OR_MODEL", help="a fine-tuned run directory or model")
-        v.add_argument("--config", help="YAML file with options (flags override it)")
-        add_config_args(v, cls, exclude=("model", "epochs"))
-        v.set_defaults(func=_change, verb=verb)
+        v = config_command(sub, verb, cls, _change, help=short, description=long, thing=model,
+                           exclude=("model", "epochs"))
+        v.set_defaults(verb=verb)
 
 
 def _prune(args: argparse.Namespace) -> int:

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import argparse
 
-from ptmlab.core.config import add_config_args, resolve_config
+from ptmlab.core.cli_parser import config_command
+from ptmlab.core.config import resolve_config
 from ptmlab.distill.config import DistillConfig
 
 
 def register(sub) -> None:
-    p = sub.add_parser("distill", help="distil a teacher into a smaller student (soft targets, TinyBERT, MiniLM, PKD)",
+    p = config_command(sub, "distill", DistillConfig, run,
+                       help="distil a teacher into a smaller student (soft targets, TinyBERT, MiniLM, PKD)",
                        description="Knowledge distillation: train a student whose loss reads the teacher; writes a "
                                    "normal run directory (evaluate, report, serve). Matches can be declared in "
                                    "--config under 'matches:'.")
-    p.add_argument("--config", help="YAML file with options and optional 'matches' (flags override it)")
-    add_config_args(p, DistillConfig)
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a killed distillation exactly where it stopped")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

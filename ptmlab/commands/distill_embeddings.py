@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from ptmlab.core.config import add_config_args, resolve_config
+from ptmlab.core.cli_parser import config_command
+from ptmlab.core.config import resolve_config
 from ptmlab.distill.multilingual import EmbedDistillConfig
 from ptmlab.distill.parallel import add_pairs_arg
 
 
 def register(sub) -> None:
-    p = sub.add_parser("distill-embeddings", help="multilingual sentence embeddings by distillation on parallel "
-                                                  "sentences (Reimers & Gurevych 2020)",
+    p = config_command(sub, "distill-embeddings", EmbedDistillConfig, run,
+                       help="multilingual sentence embeddings by distillation on parallel sentences (Reimers & "
+                            "Gurevych 2020)",
                        description="Train a student so that a sentence and its translation both land on the "
                                    "teacher's vector of the source sentence: MSE(S(src), T(src)) + MSE(S(tgt), "
                                    "T(src)). Writes a run directory that is also a sentence-transformers model.")
-    p.add_argument("--config", help="YAML file with options (flags override it)")
     add_pairs_arg(p, required=False)
-    add_config_args(p, EmbedDistillConfig)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

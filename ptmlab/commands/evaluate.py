@@ -5,15 +5,13 @@ from __future__ import annotations
 import argparse
 
 from ptmlab.api.evaluation import EvaluateConfig
-from ptmlab.core.config import add_config_args, resolve_config
+from ptmlab.core.cli_parser import config_command
+from ptmlab.core.config import resolve_config
 
 
 def register(sub) -> None:
-    p = sub.add_parser("evaluate", help="evaluate a run directory or model on a task")
-    p.add_argument("model", metavar="RUN_DIR_OR_MODEL")
-    p.add_argument("--config", help="YAML file with options")
-    add_config_args(p, EvaluateConfig)
-    p.set_defaults(func=run)
+    config_command(sub, "evaluate", EvaluateConfig, run, help="evaluate a run directory or model on a task",
+                   thing=("model", "RUN_DIR_OR_MODEL", "a run directory or model"))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import argparse
 
-from ptmlab.core.config import add_config_args, resolve_config
+from ptmlab.core.cli_parser import config_command
+from ptmlab.core.config import resolve_config
 
 
 def register(sub) -> None:
     from ptmlab.export.run import ExportConfig
 
-    p = sub.add_parser("export", help="write a model as transformers, ONNX, ONNX int8 or torch int8, with parity",
-                       description="Export a ptmlab run directory or zoo model so users load it without ptmlab: "
-                                   "transformers (plain, or with modelling code registered through auto_map when "
-                                   "pruning, low rank, sharing, ghost modules, adapters or RNN students are not "
-                                   "stock), ONNX fp32 / onnxruntime int8, or torch dynamic int8. Checks parity with "
-                                   "the PyTorch model on dev text (parity.json) and writes a model card.")
-    p.add_argument("model", metavar="RUN_DIR_OR_MODEL", help="a run directory (finetune, distill, prune, ...) or "
-                                                            "zoo model")
-    p.add_argument("--config", help="YAML file with options (flags override it)")
-    add_config_args(p, ExportConfig, exclude=("model",))
-    p.set_defaults(func=_export)
+    config_command(sub, "export", ExportConfig, _export,
+                   help="write a model as transformers, ONNX, ONNX int8 or torch int8, with parity",
+                   thing=("model", "RUN_DIR_OR_MODEL", "a run directory (finetune, distill, prune, ...) or zoo model"),
+                   exclude=("model",),
+                   description="Export a ptmlab run directory or zoo model so users load it without ptmlab: "
+                               "transformers (plain, or with modelling code registered through auto_map when "
+                               "pruning, low rank, sharing, ghost modules, adapters or RNN students are not "
+                               "stock), ONNX fp32 / onnxruntime int8, or torch dynamic int8. Checks parity with "
+                               "the PyTorch model on dev text (parity.json) and writes a model card.")
 
 
 def _export(args: argparse.Namespace) -> int:

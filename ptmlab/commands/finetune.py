@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from ptmlab.core.config import add_config_args, resolve_config
+from ptmlab.core.cli_parser import config_command
+from ptmlab.core.config import resolve_config
 from ptmlab.core.errors import PtmlabError
 from ptmlab.train.args import FinetuneConfig
 
 
 def register(sub) -> None:
-    p = sub.add_parser("finetune", help="fine-tune a model on a task",
+    p = config_command(sub, "finetune", FinetuneConfig, run, help="fine-tune a model on a task",
                        description="Fine-tune a pretrained encoder on a task; writes a run directory.")
-    p.add_argument("--config", help="YAML file with options (flags override it)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a killed run exactly where it stopped")
-    add_config_args(p, FinetuneConfig)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

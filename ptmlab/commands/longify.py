@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import argparse
 
-from ptmlab.core.config import add_config_args, resolve_config
+from ptmlab.core.cli_parser import config_command
+from ptmlab.core.config import resolve_config
 
 
 def register(sub) -> None:
     from ptmlab.longseq.pipeline import LongifyConfig
 
-    p = sub.add_parser("longify", help="make a model read long inputs with sliding-window + global attention",
+    p = config_command(sub, "longify", LongifyConfig, _longify,
+                       help="make a model read long inputs with sliding-window + global attention",
+                       thing=("model", "MODEL", "zoo name, model directory or run directory"), exclude=("model",),
                        description="Extend the position embeddings to --max-length (the learned 512 copied "
                                    "repeatedly, as Longformer does), switch attention to a sliding window of "
                                    "--window tokens plus global tokens, and save the model; finetune, evaluate, "
                                    "serve and analyze load it like any other.")
-    p.add_argument("model", metavar="MODEL", help="zoo name, model directory or run directory")
-    p.add_argument("--config", help="YAML file with options (flags override it)")
-    add_config_args(p, LongifyConfig, exclude=("model",))
     p.add_argument("--global", dest="global_tokens", type=_positions, metavar="P,Q,...", default=argparse.SUPPRESS,
                    help="positions with global attention (default: 0, the [CLS] token)")
-    p.set_defaults(func=_longify)
 
 
 def _positions(s: str) -> list[str]:

@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import argparse
 
-from ptmlab.core.config import add_config_args, resolve_config
+from ptmlab.core.cli_parser import config_command
+from ptmlab.core.config import resolve_config
 from ptmlab.distill.metakd import MetaDistillConfig
 
 
 def register(sub) -> None:
-    p = sub.add_parser("meta-distill", help="Meta-KD: a meta-teacher across domains, meta-distilled into a student",
+    p = config_command(sub, "meta-distill", MetaDistillConfig, run,
+                       help="Meta-KD: a meta-teacher across domains, meta-distilled into a student",
                        description="Meta-KD (Pan et al., ACL 2021): prototype-based domain-expertise weights, a "
                                    "meta-teacher with the transferable-knowledge objective, then meta-distillation "
                                    "with five losses. Writes a normal run directory (evaluate, report, serve) and "
                                    "the meta-teacher under RUN/meta_teacher.")
-    p.add_argument("--config", help="YAML file with options (flags override it)")
     p.add_argument("--domain", dest="domain_files", action="append", metavar="NAME=FILE", default=argparse.SUPPRESS,
                    help="an extra domain from a local csv/tsv/jsonl file (repeatable)")
-    add_config_args(p, MetaDistillConfig)
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a killed meta-distillation (a saved meta-teacher "
                                                        "is reused, the student continues from its checkpoint)")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from ptmlab.core.config import add_config_args, resolve_config
+from ptmlab.core.cli_parser import config_command
+from ptmlab.core.config import resolve_config
 from ptmlab.pretrain.config import PretrainConfig
 
 
 def register(sub) -> None:
-    p = sub.add_parser("pretrain", help="pre-train (or continue pre-training) with a self-supervised objective",
+    p = config_command(sub, "pretrain", PretrainConfig, run,
+                       help="pre-train (or continue pre-training) with a self-supervised objective",
                        description="Pre-train a new model (--arch, --size) or continue an encoder (--model) on text "
                                    "(--files) with an objective: clm mlm wwm span t5 bart electra nsp sop plm. "
                                    "Writes a run directory that `ptmlab finetune --model RUN` accepts.")
-    p.add_argument("--config", help="YAML file with options (flags override it)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a killed pre-training exactly where it stopped")
     p.add_argument("--list-objectives", action="store_true", help="list the objectives and exit")
-    add_config_args(p, PretrainConfig)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from ptmlab.core.config import Validated, add_config_args, at_least, opt, resolve_config
+from ptmlab.core.cli_parser import config_command
+from ptmlab.core.config import Validated, at_least, opt, resolve_config
 from ptmlab.core.errors import PtmlabError
 
 
@@ -28,17 +29,15 @@ class RetrievalConfig(Validated):
 
 
 def register(sub) -> None:
-    p = sub.add_parser("retrieval", help="bitext retrieval accuracy (nearest neighbour by cosine), both directions",
+    from ptmlab.distill.parallel import add_pairs_arg
+
+    p = config_command(sub, "retrieval", RetrievalConfig, run,
+                       help="bitext retrieval accuracy (nearest neighbour by cosine), both directions",
+                       thing=("model", "MODEL", "a zoo name, run directory or sentence-transformers directory"),
                        description="For every source sentence, the nearest target sentence by cosine over the whole "
                                    "target side (the Tatoeba protocol); accuracy in both directions. MODEL: a zoo "
                                    "name, run directory or sentence-transformers directory.")
-    p.add_argument("model", metavar="MODEL")
-    p.add_argument("--config", help="YAML file with options")
-    from ptmlab.distill.parallel import add_pairs_arg
-
     add_pairs_arg(p, required=False)
-    add_config_args(p, RetrievalConfig)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

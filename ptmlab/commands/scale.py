@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import argparse
 
+from ptmlab.core.cli_parser import config_command
+
 
 def register(sub) -> None:
-    from ptmlab.core.config import add_config_args
     from ptmlab.scaling.config import ScaleConfig
 
-    p = sub.add_parser("scale", help="scaling sweep: model sizes x FLOP budgets, power-law fits, compute frontier",
-                       description="Pre-train every size (LAYERSxHIDDEN) at every FLOP budget and seed as an "
-                                   "ordinary pre-training run under --output/runs/. Finished runs are skipped and "
-                                   "killed ones resumed when the same command runs again; several processes (or "
-                                   "--workers N) share one sweep. Writes results.json and report.html with the "
-                                   "compute frontier, power-law fits and the Q8/Q19 verdicts.")
-    p.add_argument("--config", help="YAML file with options (flags override it)")
-    add_config_args(p, ScaleConfig)
-    p.set_defaults(func=run)
+    config_command(sub, "scale", ScaleConfig, run,
+                   help="scaling sweep: model sizes x FLOP budgets, power-law fits, compute frontier",
+                   description="Pre-train every size (LAYERSxHIDDEN) at every FLOP budget and seed as an "
+                               "ordinary pre-training run under --output/runs/. Finished runs are skipped and "
+                               "killed ones resumed when the same command runs again; several processes (or "
+                               "--workers N) share one sweep. Writes results.json and report.html with the "
+                               "compute frontier, power-law fits and the Q8/Q19 verdicts.")
 
 
 def run(args: argparse.Namespace) -> int:

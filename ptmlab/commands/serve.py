@@ -5,20 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ptmlab.core.config import add_config_args, resolve_config
+from ptmlab.core.cli_parser import config_command
+from ptmlab.core.config import resolve_config
 
 
 def register(sub) -> None:
     from ptmlab.serve.config import ServeConfig
 
-    p = sub.add_parser("serve", help="serve a model over HTTP with keys, quotas and output policies",
-                       description="Serve RUN_DIR at POST /v1/predict (keys from `ptmlab keys create`); "
+    config_command(sub, "serve", ServeConfig, run, help="serve a model over HTTP with keys, quotas and output policies",
+                   thing=("run_dir", "RUN_DIR", "a ptmlab run directory (fine-tuned, distilled, pruned, ...)"),
+                   description="Serve RUN_DIR at POST /v1/predict (keys from `ptmlab keys create`); "
                                    "GET /healthz, /metrics (Prometheus), /docs and /openapi.json. Several replicas "
                                    "share keys, budgets and rate limits with --state postgresql://...")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a ptmlab run directory (fine-tuned, distilled, pruned, ...)")
-    p.add_argument("--config", help="YAML file with options (flags override it)")
-    add_config_args(p, ServeConfig)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

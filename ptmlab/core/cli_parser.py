@@ -113,12 +113,32 @@ def output_file(output: str, name: str):
     return Path(output) / name
 
 
+CONFIG_HELP = "YAML file with options (flags override it)"
+
+
+def config_command(sub, verb: str, cls, func, *, help: str, description: str | None = None,  # noqa: A002
+                   thing: tuple[str, str, str] | None = None, exclude: tuple[str, ...] = ()):
+    """The parser of a verb whose options are the fields of config ``cls``: the thing it acts on (``thing``: dest,
+    metavar and help of its positional argument), ``--config FILE``, one flag per field (``exclude``: fields the
+    positional stands for) and ``func`` to run. Returns the parser for any argument of the verb's own."""
+    from ptmlab.core.config import add_config_args
+
+    p = sub.add_parser(verb, help=help, description=description or help)
+    if thing is not None:
+        dest, metavar, what = thing
+        p.add_argument(dest, metavar=metavar, help=what)
+    p.add_argument("--config", help=CONFIG_HELP)
+    add_config_args(p, cls, exclude=exclude)
+    p.set_defaults(func=func)
+    return p
+
+
 def parse_config(prog: str, cls, argv: list[str], description: str = ""):
     """``--config FILE`` plus one flag per field of ``cls``, resolved and validated by the one builder."""
     from ptmlab.core.config import add_config_args, resolve_config
 
     p = ArgParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", help="YAML file with options (flags override it)")
+    p.add_argument("--config", help=CONFIG_HELP)
     add_config_args(p, cls)
     args = p.parse_args(argv)
     return resolve_config(cls, args, args.config)
