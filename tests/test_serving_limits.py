@@ -6,6 +6,7 @@ stops answering (SIGSTOP) and comes back (SIGCONT)."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import os
 import signal
 import socket
@@ -19,6 +20,7 @@ import pytest
 
 from ptmlab.core.errors import PtmlabError
 from ptmlab.serve.config import ServeConfig
+from ptmlab.serve.server import LINGER_SECONDS
 from ptmlab.serve.state import open_store
 from tests.conftest import assert_clean_error, run_cli
 from tests.pg_support import pg_bin, postgres_server
@@ -114,7 +116,8 @@ def endless_header(port: int, chunks: int = 200, size: int = 1 << 20) -> tuple[i
 
 def unkeyed_bodies(port: int, n: int, body: int = 1_000_000) -> list[int]:
     """``n`` requests, one connection each, with the largest head and body the limits allow and no key: each is
-    answered 401 without its body being read."""
+    answered 401 without its body being read (the server drops 256 KiB of it, then closes half a second later: the
+    next request waits for that, so that the connection cap does not refuse it)."""
     head = (b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Pad: "
             + b"p" * (HEADER_LIMIT - 200) + b"\r\nContent-Length: " + str(body).encode() + b"\r\n\r\n")
     payload = b'{"texts": ["' + b"x" * (body - 15) + b'"]}'
@@ -123,13 +126,13 @@ def unkeyed_bodies(port: int, n: int, body: int = 1_000_000) -> list[int]:
     for _ in range(n):
         s = connect(port)
         try:
-            s.sendall(head + payload)
-            s.shutdown(socket.SHUT_WR)
+            with contextlib.suppress(OSError):  # the server stops reading a body it answered without: it may close
+                s.sendall(head + payload)
+                s.shutdown(socket.SHUT_WR)
             codes.append(status_of(read_until_closed(s, 15)) or -1)
-        except (BrokenPipeError, ConnectionResetError):
-            codes.append(-1)
         finally:
             s.close()
+        time.sleep(LINGER_SECONDS + 0.1)
     return codes
 
 
@@ -170,11 +173,11 @@ def test_a_client_without_a_key_cannot_grow_the_servers_memory(server):
         watcher.join()
     after = rss_mb(server.pid)
     print(f"RSS before {before:.1f} MB, peak {max(peak):.1f}, after {after:.1f}; endless headers {endless}; "
-          f"{len(codes)} unkeyed bodies in {time.monotonic() - t0:.1f}s")
+          f"{len(codes)} unkeyed bodies, in {time.monotonic() - t0:.1f}s in all")
     for sent, seconds in endless:  # cut early: the kernel's socket buffers hold at most a few MB, not 200 MB
         assert sent < 32 << 20 and seconds < 10, (sent, seconds)
     assert endless_seconds < 15
-    assert codes.count(401) >= 36 and set(codes) <= {401, -1}, codes  # -1: a reset that raced the answer
+    assert codes == [401] * 40, codes
     assert max(peak) - before < 8 and after - before < 4, (before, max(peak), after)
     assert predict_ok(server)
 

@@ -8,6 +8,8 @@ uvicorn's httptools protocol leaves open, ``LimitedHttpToolsProtocol`` closes, p
   431 and the connection is closed, so a header that never ends holds at most that much (plus one socket read);
 * a request must arrive whole (head and body) within ``--read-timeout`` of its first byte, else 408 and the
   connection is closed (slow-loris heads and bodies, and the unread rest of a body refused early with 401/413);
+* of a body answered before it was read (401, 413) at most ``DISCARD_BYTES`` are read and dropped; then the server
+  stops reading, sends FIN and closes ``LINGER_SECONDS`` later (Go's net/http does the same);
 * a connection with no request in progress, a new one included, is closed after ``--keep-alive-timeout``, however
   many stray bytes (blank lines) it sends that start no request;
 * one connection past ``--max-connections`` is answered 503 and closed at once, so open sockets stay bounded.
@@ -53,6 +55,10 @@ def _raw_response(status: int, reason: str, message: str, retry_after: bool = Fa
     return ("\r\n".join(head) + "\r\n\r\n").encode("ascii") + body
 
 
+DISCARD_BYTES = 256 * 1024  # body bytes read and dropped after an early answer before the connection is closed
+LINGER_SECONDS = 0.5  # between the FIN after an early answer and the close, so the client reads the answer first
+
+
 class HeadTooLarge(Exception):
     """Raised from the parser's callback to stop parsing a request whose head is over the limit."""
 
@@ -78,6 +84,7 @@ def protocol_class(limits: ConnectionLimits) -> type:
             self._head_bytes = 0  # bytes of the reads made while in the head (the head so far, at least)
             self._head_parsed = 0  # bytes of the request line's target and the headers the parser has handed over
             self._completed = 0  # requests read whole, on this connection
+            self._discarded = 0  # body bytes dropped after an early answer
             super().connection_made(transport)
             if len(self.connections) > limits.max_connections:
                 self._refuse(too_many)
@@ -135,8 +142,30 @@ def protocol_class(limits: ConnectionLimits) -> type:
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
+            self._discarded = 0
             if self._idle() and not self.transport.is_closing():
                 self._arm(limits.keep_alive_timeout, self._idle_expired)
+
+        def on_body(self, body: bytes) -> None:
+            cycle = self.cycle
+            if cycle is not None and cycle.response_complete and self._reading:
+                # answered before its body was read (401, 413): drop what follows, and past DISCARD_BYTES stop
+                # reading and close, as Go's net/http does, so a large body costs the server no more than that
+                self._discarded += len(body)
+                if self._discarded > DISCARD_BYTES:
+                    self._linger_close()
+                return
+            super().on_body(body)
+
+        def _linger_close(self) -> None:
+            """End a connection whose client is still sending: FIN now, close (dropping what it sent) a moment
+            later, so that it reads the answer before its unread bytes turn the close into a reset."""
+            self._disarm()
+            self._reading = self._in_head = False
+            self.transport.pause_reading()
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
         # -- deadlines -----------------------------------------------------------------------------------------------
         def _idle(self) -> bool:
