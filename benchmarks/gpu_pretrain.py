@@ -5,7 +5,7 @@
 
 The achieved rate counts 6·N per token plus attention (``ptmlab.pretrain.flops``; N = non-embedding parameters) over
 the training time the loop measures (evaluation excluded). The peak is the chip's dense bf16 number (``--peak``,
-default 989e12 for an H100/H200 SXM; the matrix products measured on the lent H200 reach about 790e12). Runs on a CPU
+default 989e12 for an H100/H200 SXM; plain bf16 matrix products on an H200 reach about 790e12). Runs on a CPU
 too (tiny sizes), where the share is not meaningful.
 """
 
@@ -30,7 +30,7 @@ def main() -> int:
     ap.add_argument("--max-steps", type=int, default=200)
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--peak", type=float, default=989e12, help="the chip's dense bf16 FLOP/s")
-    ap.add_argument("--output", default="/tmp/ptmlab-gpu-pretrain")
+    ap.add_argument("--output", default="runs/gpu-pretrain", help="the pre-training run directory (replaced)")
     ap.add_argument("--json", default=None, help="result JSON (default: gpu_pretrain.MACHINE.json)")
     args = ap.parse_args()
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU benchmarks, as one script for a lent GPU machine (the device tool), in this order:
+# The GPU benchmarks, as one script for a machine with one GPU, in this order:
 #   1. the fine-tuning loop vs transformers' Trainer and a bare loop on SST-2, bf16 (benchmarks/gpu_finetune.py;
 #      targets: >= 2x the Trainer at batch 32, >= 30% of the bf16 peak at the largest batch)
 #   2. long-input attention on CUDA: first ptmlab's two window kernels against each other (outputs and gradients,
@@ -9,14 +9,16 @@
 #      share of the bf16 peak (benchmarks/gpu_pretrain.py)
 #   4. only with STUDY_STEPS=1: the step time the studies' `--budget gpu` estimates rest on (docs/studies.md): the
 #      same benchmark on the 4 x 256 masked LM they pre-train, 32 blocks of 128 tokens a step (about 20 s)
-# Everything they read travels in .gpu/ (`bash scripts/gpu_prepare.sh` builds it here; carry: [".gpu"]).
-# Example: run(command="bash scripts/gpu_checks.sh", carry=[".gpu"], timeout_s=590) with OUT set by the tool.
-# Results go to $OUT (or ./gpu-out), named BENCHMARK.MACHINE.json like benchmarks/results/.
+# Everything they read is in .gpu/ (`bash scripts/gpu_prepare.sh` builds it from the shared data folder; copy .gpu/
+# with the checkout to a GPU machine without network access or the shared data). Example, from the project root:
+#   OUT=runs/gpu-checks/out bash scripts/gpu_checks.sh
+# Results go to $OUT (or ./gpu-out), named BENCHMARK.MACHINE.json like benchmarks/results/; the token cache
+# (PTMLAB_CACHE, default runs/gpu-checks/cache) and the fp32 copy of minilm (runs/gpu-checks/minilm32) go under runs/.
 # DEVICE=cpu runs the same steps on a CPU at a toy size (the test suite's check that the script still runs end to
 # end): MODEL (default there: tiny) and GLUE_DIR (default: .gpu/glue) name what it reads, nothing is timed for real.
 set -uo pipefail
 OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PTMLAB_PROGRESS=0 PTMLAB_CACHE="${PTMLAB_CACHE:-/tmp/ptmlab-cache}"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PTMLAB_PROGRESS=0 PTMLAB_CACHE="${PTMLAB_CACHE:-$PWD/runs/gpu-checks/cache}"
 PY="${PYTHON:-python3}"
 DEVICE="${DEVICE:-cuda}"
 GLUE_DIR="${GLUE_DIR:-.gpu/glue}"
@@ -33,14 +35,14 @@ fi
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
   | tee -a "$OUT/gpu.txt"
 TAG=$($PY -c "import sys; sys.path.insert(0, 'benchmarks'); import _env; print(_env.machine_tag('$DEVICE'))")
-# minilm travels in fp16 (the 64 MiB limit); it trains from an fp32 copy
-[ -n "${MODEL:-}" ] || { MODEL=/tmp/minilm32; $PY - <<'PYEOF'
+# .gpu/ holds minilm in fp16 (half the size to copy); it trains from an fp32 copy
+[ -n "${MODEL:-}" ] || { MODEL=runs/gpu-checks/minilm32; $PY - <<'PYEOF'
 import shutil
 from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
-src, dst = Path(".gpu/minilm16"), Path("/tmp/minilm32")
+src, dst = Path(".gpu/minilm16"), Path("runs/gpu-checks/minilm32")
 shutil.copytree(src, dst, dirs_exist_ok=True)
 save_file({k: v.float() for k, v in load_file(str(src / "model.safetensors")).items()},
           str(dst / "model.safetensors"), metadata={"format": "pt"})

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build .gpu/ (git-ignored), everything scripts/gpu_checks.sh reads on a lent GPU machine, where nothing can be
-# downloaded, ../shared does not travel and at most 64 MiB travel with the working tree (carry: [".gpu"]):
+# Build .gpu/ (git-ignored), everything scripts/gpu_checks.sh reads on a GPU machine that has neither network access
+# nor the shared data folder; it is kept small (under 64 MiB) so that it copies along with the checkout:
 #   .gpu/minilm16/      minilm in fp16 (about 45 MB; the fp32 file is 87 MB), config and tokenizer; gpu_checks.sh
 #                       turns it back into fp32 there before anything trains
 #   .gpu/glue/SST-2/    train.tsv and dev.tsv (fine-tuning benchmark)
