@@ -12,8 +12,8 @@ import types
 
 __version__ = "0.1.0"
 
-_API = ("Run", "load", "finetune", "evaluate", "predict", "distill", "prune", "compress", "export", "pretrain", "study",
-        "PtmlabError")
+_API = ("Run", "load", "finetune", "evaluate", "predict", "distill", "prune", "compress", "export", "optimize",
+        "pretrain", "study", "PtmlabError")
 __all__ = ["__version__", *_API]
 
 
@@ -30,7 +30,8 @@ def __dir__() -> list[str]:
 
 
 class _Verb(types.ModuleType):
-    """A subpackage that is also a verb of the API (``ptmlab.distill``, ``compress``, ``export``, ``pretrain``):
+    """A subpackage that is also a verb of the API (``ptmlab.distill``, ``compress``, ``export``, ``optimize``,
+    ``pretrain``):
     calling the module calls the verb, and its submodules stay reachable (``ptmlab.distill.pipeline``)."""
 
     def __call__(self, *args, **kwargs):

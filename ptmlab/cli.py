@@ -36,6 +36,7 @@ COMMAND_MODULES = [
     "ptmlab.commands.scale",
     "ptmlab.commands.longify",
     "ptmlab.commands.export", "ptmlab.commands.push",
+    "ptmlab.commands.optimize",
 ]
 
 
@@ -85,6 +86,7 @@ COMMAND_HELP = {
     "scale": "scaling sweep: model sizes x FLOP budgets, power-law fits, compute frontier",
     "longify": "make a model read long inputs with sliding-window + global attention",
     "export": "write a model as transformers, ONNX, ONNX int8 or torch int8, with parity",
+    "optimize": "find the fastest model within a dev-score loss of a run, on this machine",
     "push": "upload a run directory or export to the Hugging Face Hub",
 }
 

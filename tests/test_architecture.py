@@ -27,6 +27,7 @@ FLOORS = {
     "pretrain": 3, "clean": 3, "longseq": 3,
     "scaling": 3,
     "export": 3,
+    "optimize": 3,  # the search over structures x backends (students, pruning, vocabulary, onnxruntime)
     "studies": 4,
     "integrations": 4,  # ptmlab inside transformers.Trainer scripts (over train and distill)
     "api": 5,  # the Python API: verbs over the capabilities, the commands parse flags into it
@@ -39,6 +40,11 @@ PUBLIC = {
     # (per word or per start/end position for span tasks)
     "scaling": {"ptmlab.pretrain.run", "ptmlab.pretrain.config", "ptmlab.pretrain.flops"},  # sweeps of runs
     "export": {"ptmlab.compress.quantize"},  # ONNX export, onnxruntime int8, the int8 layer choice
+    # optimize: students (distill), pruning with recovery and its shape probe, vocabulary pruning, ONNX export and
+    # int8 (compress), the parity check, the export's source check and the run's data options (export)
+    "optimize": {"ptmlab.distill.pipeline", "ptmlab.distill.config", "ptmlab.distill.students",
+                 "ptmlab.compress.prune", "ptmlab.compress.importance", "ptmlab.compress.surgery",
+                 "ptmlab.compress.vocab", "ptmlab.compress.quantize", "ptmlab.export.parity", "ptmlab.export.run"},
 }
 
 

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXISTING = {"evaluate", "predict", "report", "tokenizer eval", "tokenizer swap", "analyze heads", "analyze layers",
             "analyze attention", "analyze explanation", "analyze adversarial-attention", "analyze anomaly", "prune",
             "quantize", "compress", "lowrank", "share", "magnitude", "ghost", "retrieval", "serve", "longify",
-            "export", "push"}
+            "export", "push", "optimize"}
 FROM_PRETRAINED = {"finetune", "glue", "demo", "pretrain", "extract"}
 TEACHER_STUDENT = {"distill", "distill-embeddings", "meta-distill"}
 NO_MODEL = {"models", "data", "study", "tokenizer train", "keys create", "keys list", "keys revoke", "keys flagged",

@@ -19,17 +19,20 @@ from ptmlab.core.provenance import api_call
 
 def make_config(cls, config: Any = None, **options):
     """``cls`` from a base ``config`` (a config object, a dict or a YAML file) with ``options`` on top."""
-    values: dict = {}
+    return build_config(cls, {**base_values(config), **options}, source="options")
+
+
+def base_values(config: Any = None) -> dict:
+    """The options of a base ``config``: a config object, a dict or a YAML file (None: none)."""
     if isinstance(config, str | os.PathLike):
-        values.update(load_yaml(config))
-    elif dataclasses.is_dataclass(config):
-        values.update(dataclasses.asdict(config))
-    elif isinstance(config, dict):
-        values.update(config)
-    elif config is not None:
+        return dict(load_yaml(config))
+    if dataclasses.is_dataclass(config):
+        return dataclasses.asdict(config)
+    if isinstance(config, dict):
+        return dict(config)
+    if config is not None:
         raise PtmlabError(f"config= takes a config object, a dict or a YAML file, not a {type(config).__name__}")
-    values.update(options)
-    return build_config(cls, values, source="options")
+    return {}
 
 
 def _call(verb: str, *args, **options) -> str:
@@ -208,6 +211,40 @@ def export(model: Any, output: str, *, format: str = "transformers", **options) 
         cfg = make_config(ExportConfig, None, model=_path(model), output=str(output), format=format, **options)
         info = export_model(cfg)
     return Path(info["output"])
+
+
+def optimize(model: Any, *, max_loss: float | None = None, output: str | None = None, resume: bool = False,
+             config: Any = None, **options) -> Run:
+    """The fastest (``objective="latency"``, or highest-throughput, or smallest) model within ``max_loss`` points of
+    the dev score of ``model`` (a fine-tuned ``Run`` or run directory), searched on this machine into ``output``
+    (``ptmlab optimize``'s options: ``batch=[1, 32]``, ``budget="20m"``, ``backends=[...]``, ...); returns the Run of
+    ``output``, whose model is the winner. ``resume=True`` continues a killed search in ``output``."""
+    if max_loss is not None:
+        options["max_loss"] = max_loss
+    if output is not None:
+        options["output"] = str(output)
+    with _verb("optimize", model, **options):
+        cfg = optimize_config(_path(model), {**base_values(config), **options}, resume=resume)
+    return Run(cfg.output)
+
+
+def optimize_config(model: str, given: dict, config_file: str | None = None, resume: bool = False):
+    """``ptmlab optimize`` with the options given (the command runs this): a new search, or with ``resume`` the one
+    in ``given["output"]`` continued; returns the config it ran with."""
+    from ptmlab.optimize.config import OptimizeConfig
+    from ptmlab.optimize.run import resume_config, run_optimize
+
+    values = {**(load_yaml(config_file) if config_file else {}), **given}
+    if resume and values.get("overwrite"):
+        raise PtmlabError("--resume continues the search in --output and --overwrite starts it again: pass one")
+    if resume:
+        if not values.get("output"):
+            raise PtmlabError("--resume needs --output (the search to continue)")
+        cfg = resume_config(values["output"], {**values, "model": model})
+    else:
+        cfg = build_config(OptimizeConfig, {**values, "model": model}, source="options")
+    run_optimize(cfg, resume=resume)
+    return cfg
 
 
 def pretrain(model: Any = None, data: Any = None, *, text_col: str = "text", config: Any = None,

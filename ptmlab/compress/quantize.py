@@ -11,7 +11,6 @@ import copy
 import fnmatch
 import tempfile
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 from torch import nn
@@ -20,6 +19,7 @@ from ptmlab.compress.config import DEFAULT_KEEP_FP32, QUANT_METHODS, QuantizeCon
 from ptmlab.core.config import config_to_dict
 from ptmlab.core.errors import PtmlabError
 from ptmlab.core.io import atomic_save_file
+from ptmlab.models.onnx import OrtModel  # noqa: F401  (re-exported: ONNX models behind the model interface)
 
 
 def is_quantized(model: nn.Module) -> bool:
@@ -143,8 +143,9 @@ class _PositionalLogits(nn.Module):
         return tuple(getattr(out, n) for n in self.outputs) if len(self.outputs) > 1 else out.logits
 
 
-def onnx_int8(src: str | Path, dst: str | Path) -> Path:
-    """onnxruntime dynamic int8 quantization of an ONNX file (MatMul weights int8, per channel)."""
+def onnx_int8(src: str | Path, dst: str | Path, extra_options: dict | None = None) -> Path:
+    """onnxruntime dynamic int8 quantization of an ONNX file (MatMul weights int8, per channel); ``extra_options``:
+    onnxruntime's (a graph with fused contrib operators needs ``DefaultTensorType``)."""
     import logging
 
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -153,34 +154,12 @@ def onnx_int8(src: str | Path, dst: str | Path) -> Path:
     tmp = dst.with_name(f".{dst.name}.tmp")
     logging.disable(logging.WARNING)  # its pre-processing advice is printed through the root logger
     try:
-        quantize_dynamic(str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
+        quantize_dynamic(str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
+                         extra_options=extra_options)
     finally:
         logging.disable(logging.NOTSET)
     tmp.replace(dst)
     return dst
-
-
-class OrtModel(nn.Module):
-    """An onnxruntime session behind the model interface ``evaluate`` and ``measure_latency`` use."""
-
-    def __init__(self, path: str | Path, config, threads: int | None = None):
-        super().__init__()
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or torch.get_num_threads()
-        opts.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        self.input_names = [i.name for i in self.session.get_inputs()]
-        self.output_names = [o.name for o in self.session.get_outputs()]
-        self.config = config
-        self._anchor = nn.Parameter(torch.zeros(0), requires_grad=False)  # gives a device to callers
-
-    def forward(self, **inputs):
-        ids = inputs["input_ids"]
-        feed = {n: (inputs[n] if n in inputs else torch.zeros_like(ids)).cpu().numpy() for n in self.input_names}
-        res = self.session.run(self.output_names, feed)
-        return SimpleNamespace(**{n: torch.from_numpy(r) for n, r in zip(self.output_names, res, strict=True)})
 
 
 # ----------------------------------------------------------------------------------------------------- command

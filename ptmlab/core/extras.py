@@ -3,6 +3,7 @@
     pip install 'ptmlab[serve]'      FastAPI, uvicorn, httpx, psycopg: ``serve``, ``keys`` on PostgreSQL, ``extract``
     pip install 'ptmlab[tokenizers]' the XLM-R tokenizer package used by ``tokenizer`` comparisons
     pip install 'ptmlab[tensorboard]' (or trackio, mlflow, wandb)  an experiment tracker for ``--report-to``
+    pip install 'ptmlab[optimize]'   Optuna: the search of ``optimize``
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from ptmlab.core.errors import PtmlabError
 EXTRAS = {
     "serve": ("fastapi", "uvicorn", "httpx", "pydantic"),
     "postgres": ("psycopg",),
+    "optimize": ("optuna",),
     # experiment trackers (--report-to)
     "tensorboard": ("tensorboard",), "trackio": ("trackio",), "mlflow": ("mlflow",), "wandb": ("wandb",),
 }
-INSTALL = {"serve": "serve", "postgres": "serve", "tensorboard": "tensorboard", "trackio": "trackio",
-           "mlflow": "mlflow", "wandb": "wandb"}
+INSTALL = {"serve": "serve", "postgres": "serve", "optimize": "optimize", "tensorboard": "tensorboard",
+           "trackio": "trackio", "mlflow": "mlflow", "wandb": "wandb"}
 
 
 def missing_modules(extra: str) -> list[str]:

@@ -44,22 +44,24 @@ def measure_latency(model, tokenizer, texts: list[str], batch_size: int, repeats
 
 
 def time_side_by_side(variants: list[tuple], texts: list[str], rounds: int, max_length: int = 64,
-                      b1_repeats: int = 1) -> None:
-    """Fill ``latency_b1_ms`` and ``latency_b32_ms`` of each ``(row, model, tokenizer)`` in ``variants``: rounds of
-    round-robin over the variants (batch 1, then batch 32, each variant in turn), the median of its rounds per
-    variant, so that a slow stretch of a shared machine hits every variant alike (each call pauses and warms up
-    first: ``measure_latency``)."""
+                      b1_repeats: int = 1, batches: tuple[int, ...] = (1, 32), desc: str = "latency rounds") -> None:
+    """Fill ``latency_b{N}_ms`` for each batch size N of ``batches`` (by default ``latency_b1_ms`` and
+    ``latency_b32_ms``) of each ``(row, model, tokenizer)`` in ``variants``: rounds of round-robin over the variants
+    (every batch size in turn, each variant in turn), the median of its rounds per variant, so that a slow stretch of
+    a shared machine hits every variant alike (each call pauses and warms up first: ``measure_latency``). Batch 1
+    takes ``b1_repeats`` timed passes per round, larger batches one."""
     from ptmlab.core.progress import progress
 
-    times: dict[int, dict[int, list[float]]] = {i: {1: [], 32: []} for i in range(len(variants))}
-    for _ in progress(range(rounds), desc="latency rounds"):
+    times: dict[int, dict[int, list[float]]] = {i: {b: [] for b in batches} for i in range(len(variants))}
+    for _ in progress(range(rounds), desc=desc):
         for i, (_row, model, tok) in enumerate(variants):
-            for batch, repeats in ((1, b1_repeats), (32, 1)):
-                times[i][batch].append(measure_latency(model, tok, texts, batch, repeats=repeats,
+            for batch in batches:
+                times[i][batch].append(measure_latency(model, tok, texts, batch,
+                                                       repeats=b1_repeats if batch == 1 else 1,
                                                        max_length=max_length))
     for i, (row, _m, _t) in enumerate(variants):
-        row["latency_b1_ms"] = round(statistics.median(times[i][1]), 2)
-        row["latency_b32_ms"] = round(statistics.median(times[i][32]), 2)
+        for batch in batches:
+            row[f"latency_b{batch}_ms"] = round(statistics.median(times[i][batch]), 2)
 
 
 def size_on_disk_mb(path: str | Path) -> float:

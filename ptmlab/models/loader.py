@@ -125,6 +125,11 @@ def _model_class(task_head: bool | str, config=None):
 def load_from_dir(path: str, overrides: dict, task_head: bool = True, attn_implementation: str | None = None):
     from transformers import AutoConfig
 
+    from ptmlab.models.onnx import is_onnx_dir, load_onnx_dir
+
+    if is_onnx_dir(path):  # an ONNX export: runs through onnxruntime (evaluate, predict, serve)
+        return load_onnx_dir(path, overrides, task_head)
+
     try:
         config = _exported_config(path, overrides) or AutoConfig.from_pretrained(path, **overrides)
     except Exception as e:

@@ -31,7 +31,8 @@ ONNX_OUTPUTS = {"token-classification": "logits [batch, tokens, tags]",
 AGREEMENT = {"token-classification": "tag agreement per word", "extractive-qa": "same answer span"}
 WEIGHT_SUFFIXES = (".safetensors", ".onnx")
 SKIP_OPTIONS = {"command", "overwrite", "output"}
-POSITIONAL_MODEL = {"prune", "quantize", "compress", "lowrank", "share", "magnitude", "ghost", "longify", "export"}
+POSITIONAL_MODEL = {"prune", "quantize", "compress", "lowrank", "share", "magnitude", "ghost", "longify", "export",
+                    "optimize"}
 
 
 def _read_json(path: Path) -> dict:
