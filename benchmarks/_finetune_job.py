@@ -198,7 +198,7 @@ def alternate(sides: dict, repeats: int, tmp: Path, isolate: bool = False,
     """Run every side ``repeats`` times, rotating the order each round; each record carries the load average.
     ``isolate``: each run in a fresh process (``in_fresh_process``); ``progress(records)`` after every run (a script
     with a time limit writes what it has); ``keep_going``: a side that raises is recorded as ``{"error": ...}`` and
-    the others still run (a one-shot run on a lent GPU)."""
+    the others still run (a one-shot run on a machine held for a limited time)."""
     names = list(sides)
     records: dict[str, list[dict]] = {n: [] for n in names}
     for r in range(repeats):

@@ -88,7 +88,7 @@ def main() -> None:
                                 "load_average_now": load_average()})
 
     with tempfile.TemporaryDirectory() as tmp:
-        # a side that fails is recorded and the others still run: a lent GPU gives one try
+        # a side that fails is recorded and the others still run: a GPU run may get one try
         summary = summarise(alternate(sides, args.repeats, Path(tmp), progress=write_partial, keep_going=True))
         ran = {k: v for k, v in summary.items() if "examples_per_second_median" in v}
         trainers = [k for k in ("trainer_random", "trainer_grouped") if k in ran]

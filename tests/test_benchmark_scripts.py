@@ -145,7 +145,7 @@ def test_gpu_finetune_benchmark_still_runs_on_a_cpu(tmp_path):
 
 @needs_glue
 def test_the_gpu_check_script_runs_end_to_end_on_a_cpu(tmp_path):
-    """scripts/gpu_checks.sh, the one script a lent GPU machine runs, goes through every default step with DEVICE=cpu
+    """scripts/gpu_checks.sh, the one script a GPU machine runs, goes through every default step with DEVICE=cpu
     on the tiny model: the fine-tuning comparison and the long-attention costs each write their JSON under $OUT."""
     import os
 

@@ -53,8 +53,8 @@ class AnomalyConfig(Validated):
     gaussians: str | None = opt(None, "saved Gaussians to reuse (fitted and saved there when missing)")
     heatmap_pairs: int = opt(3, "BLiMP pairs whose token surprisal is plotted")
     batch_size: int = opt(64, "encoding batch size")
-    seed: int = opt(0, "seed for the reference sample (0, not the usual 42: the sample the BLiMP results in "
-                       "docs/analysis.md were measured on)")
+    seed: int = opt(0, "seed for the reference sample (0, not the usual 42: the sample the committed BLiMP "
+                       "results were measured on)")
     output: str | None = opt(None, "output directory")
     overwrite: bool = opt(False, "replace an existing analysis in --output")
 
