@@ -9,8 +9,7 @@ Token vectors are centred by default: at every layer each sentence's mean kept-t
 tokens, in the reference corpus and in scored sentences alike, so the Gaussian models how a token departs from its
 own sentence rather than where the sentence as a whole sits. On BLiMP with minilm this raised the best-layer
 accuracy by 0.7-1.2 points on each of five reference samples (benchmarks/investigations, ``anomaly_variants``);
-``center=False`` is the plain
-method of the paper.
+``center=False`` is the plain method of the paper.
 """
 
 from __future__ import annotations
