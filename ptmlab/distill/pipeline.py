@@ -22,7 +22,7 @@ from ptmlab.data.tasks import SPAN_KINDS
 from ptmlab.distill.config import DistillConfig
 from ptmlab.distill.matches import Match, ModelInfo, check_matches, default_matches, parse_losses, parse_matches
 
-BUILT_FROM_TEACHER = ("layers:", "shrink:", "mobile:", "bilstm", "cnn")
+BUILT_FROM_TEACHER = ("layers:", "shrink:", "mobile:", "bilstm", "cnn", "static")
 
 
 def build_matches(cfg: DistillConfig, student: ModelInfo, teacher: ModelInfo) -> list[Match]:
@@ -112,7 +112,7 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
     teacher = load_teacher(cfg.teacher, spec, labels)
     t_tok = load_tokenizer(cfg.teacher)
     set_seed(cfg.seed)
-    student = build_student(cfg.student, teacher, spec.num_labels, regression, labels)
+    student = build_student(cfg.student, teacher, spec.num_labels, regression, labels, tokenizer=t_tok)
     if multi_label:
         student.config.problem_type = PROBLEM_TYPE
     own_tokenizer = not cfg.student.startswith(BUILT_FROM_TEACHER)

@@ -1,7 +1,9 @@
 """Student builders: ``layers:K`` / ``layers:0,2,4`` (teacher layers kept, DistilBERT-style),
 ``shrink:layers=4,hidden=312,heads=12,ffn=1200[,init=teacher|random]`` (a smaller config, sliced from the teacher
 or random), ``bilstm[:hidden=256,embed=384]`` and ``cnn[:filters=128]``, ``mobile:LAYERS[xBOTTLENECK]`` (a
-MobileBERT-style bottleneck student, ``ptmlab.distill.mobile``), or any zoo model / model directory."""
+MobileBERT-style bottleneck student, ``ptmlab.distill.mobile``), ``static[:dim=256,weights=zipf,sif=1e-4,tune=1]`` (a
+token table distilled from the teacher, mean-pooled, with a linear head: ``ptmlab.distill.static``), or any zoo
+model / model directory."""
 
 from __future__ import annotations
 
@@ -39,9 +41,18 @@ def _ints(opts: dict[str, str], spec: str) -> dict[str, int]:
         raise PtmlabError(f"student options in '{spec}' must be integers: {opts}") from None
 
 
+# the student kinds built from the teacher (anything else is a zoo model or a model directory)
+STUDENT_KINDS = {"layers": "teacher layers kept", "shrink": "a smaller config of the teacher's architecture",
+                 "mobile": "MobileBERT-style bottleneck blocks", "bilstm": "a BiLSTM on the teacher's embeddings",
+                 "cnn": "a CNN on the teacher's embeddings",
+                 "static": "a static token table distilled from the teacher, mean-pooled, linear head"}
+
+
 def build_student(spec: str, teacher: nn.Module, num_labels: int, regression: bool,
-                  label_names: list[str] | None) -> nn.Module:
-    """A student for ``spec`` (see the module docstring), with a task head for the teacher's labels."""
+                  label_names: list[str] | None, tokenizer=None) -> nn.Module:
+    """A student for ``spec`` (see the module docstring), with a task head for the teacher's labels.
+    ``tokenizer``: the teacher's (a static student feeds it each vocabulary token; loaded from the teacher's
+    directory when not given)."""
     kind, _, rest = spec.partition(":")
     if kind == "layers":
         return keep_layers(teacher, _layer_list(rest, structure_of(teacher).num_layers(teacher), spec))
@@ -55,6 +66,10 @@ def build_student(spec: str, teacher: nn.Module, num_labels: int, regression: bo
         from ptmlab.distill.mobile import build_mobile
 
         return build_mobile(teacher, rest, spec)
+    if kind == "static":
+        from ptmlab.distill.static import build_static_student
+
+        return build_static_student(teacher, rest, spec, num_labels, regression, label_names, tokenizer)
     if kind in ("bilstm", "cnn"):
         from ptmlab.distill.rnn import build_rnn_student
 
