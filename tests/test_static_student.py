@@ -97,6 +97,12 @@ def test_saved_student_reloads_with_the_same_outputs_everywhere(tiny, tmp_path):
     assert np.allclose(e, embed(student, tok, texts))
     served = Predictor(tmp_path / "s")  # what ptmlab serve loads: a tokenizer and a model answering logits
     assert served.info.labels == ["neg", "neu", "pos"]
+    from ptmlab.export.run import check_format
+
+    for fmt in ("transformers", "torch-int8"):  # both name the formats that work, not each other
+        with pytest.raises(PtmlabError, match="use --format onnx or onnx-int8"):
+            check_format(again, fmt)
+    check_format(again, "onnx")
 
 
 def test_distill_static_student_end_to_end(files, tmp_path_factory):

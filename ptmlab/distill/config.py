@@ -14,7 +14,8 @@ class DistillArgs:
     teacher: str | None = opt(None, "teacher: a fine-tuned run directory or a model with a task head; multi-task: a "
                                     "multi-task run or one run per task, sst2=RUN1,mrpc=RUN2")
     student: str = opt("layers:3", "student: layers:K, layers:0,2,4, shrink:layers=4,hidden=312,heads=12,ffn=1200"
-                                   "[,init=random], bilstm, cnn, or a zoo model / model directory")
+                                   "[,init=random], bilstm, cnn, static[:dim=256,weights=zipf|none,tune=1] (a token "
+                                   "table from the teacher), or a zoo model / model directory")
     losses: list[str] = opt(["soft_ce"], "losses to combine, NAME or NAME:WEIGHT: soft_ce hidden_mse embedding_mse "
                                          "attention_mse attention_kl cosine minilm pkd")
     layer_map: str = opt("uniform", "student->teacher layers: uniform, skip, last, or explicit (1,3,5 or 0:1,2:5)")

@@ -109,6 +109,8 @@ SUPPORT: dict[str, tuple[tuple[str, ...], str]] = {
     "adapter": (ALL, ""),
     "rnn_student": (("transformers", "onnx", "onnx-int8"),
                     "its only Linear layer is the task head, which int8 keeps in fp32: nothing to quantize"),
+    "static_student": (("onnx", "onnx-int8"), "a token table and a linear head have no transformers modelling code "
+                                              "and nothing torch-int8 quantizes"),
     "longify": (("torch-int8",), "its window attention (a custom transformers attention function using unfold) is "
                                  "neither in the exported modelling code nor traceable to ONNX"),
     "torch_int8": ((), "the model is already torch-int8 quantized: export the fp32 run it came from"),
