@@ -4,7 +4,9 @@
     python scripts/claims_table.py --check         # exit 1 when README.md is not what the results give
 
 The table is the dashboard's (``ptmlab study dashboard``) in Markdown: one row per registered study, read from
-``studies/results/<study>/results.json`` (copied there by ``ptmlab study collect``).
+``studies/results/<study>/results.json`` (copied there by ``ptmlab study collect``), each verdict marked
+confirmatory or exploratory. The section opens with the forest plot of every claim, written beside the results as
+``studies/results/forest.svg``; ``--check`` checks both.
 """
 
 from __future__ import annotations

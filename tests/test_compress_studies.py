@@ -75,7 +75,14 @@ def test_compression_study(fine_tuned, files, tmp_path):
         assert by[m]["params"] < by["none"]["params"]
     assert by["torch-int8"]["size_mb"] < by["none"]["size_mb"] and by["torch-int8"]["params"] == by["none"]["params"]
     assert all("speedup_b32" in r and "pareto" in r for r in rows) and "best accuracy per size" in res["summary"]
-    assert res["chosen_method"] in methods.split(",") and res["claim"]["study"] == "compression"
+    assert res["claim"]["study"] == "compression"
+    # each part of the claim chooses among its own methods, and the per-example records give its verdict again
+    assert res["chosen_methods"] == {"half the layer parameters": res["chosen_methods"]["half the layer parameters"],
+                                     "8-bit weights": "torch-int8"}
+    assert res["chosen_methods"]["half the layer parameters"] in ("prune", "lowrank", "share", "distill")
+    assert [p["part"] for p in res["parts"]] == ["half the layer parameters", "8-bit weights"]
+    assert set(res["evidence"]["correct"]) == {"none", *methods.split(",")} and res["recompute"]["status"] == \
+        "recomputed"
     # the reference is fine-tuned again as long as the recovery: compression is not credited with extra training
     budget = next(c for c in res["validity"] if c["condition"].startswith("training epochs"))
     assert budget["value"] == 1.0 and budget["met"], budget

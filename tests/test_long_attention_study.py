@@ -9,15 +9,26 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.studies.long_attention import q10_verdict, q11_verdict, top_exponent
 
 
+def _exponent(value: float, half: float = 0.05):
+    """Q10's exponent with a t interval over three timing passes."""
+    from ptmlab.studies.verdict import Estimate
+
+    return Estimate("sdpa latency exponent", value, value - half, value + half, 3,
+                    "t over 3 repeated timing passes (95%)", 2)
+
+
 def test_q10_outcomes():
-    assert q10_verdict(1.8, 8192).outcome == "supported"
-    assert q10_verdict(1.5, 1024).outcome == "supported"  # a clear n^2 even below the crossover counts
-    v = q10_verdict(1.1, 8192)
-    assert v.outcome == "not supported" and "n^1.10" in v.reason and "8,192" in v.reason
-    assert q10_verdict(1.1, 4096).outcome == "inconclusive"  # 4,096 < 2 x 2,304: too short to rule it out
-    assert q10_verdict(1.35, 16384).outcome == "inconclusive"  # between the thresholds
+    assert q10_verdict(1.8, 8192, interval=_exponent(1.8)).outcome == "supported"
+    assert q10_verdict(1.6, 1024, interval=_exponent(1.6)).outcome == "supported"  # a clear n^2 below the crossover
+    v = q10_verdict(1.1, 8192, interval=_exponent(1.1))
+    assert v.outcome == "not supported" and "1.10 [1.05, 1.15]" in v.reason and "8,192" in v.reason
+    assert q10_verdict(1.1, 4096, interval=_exponent(1.1)).outcome == "inconclusive"  # 4,096 < 2 x 2,304: too short
+    assert q10_verdict(1.45, 16384, interval=_exponent(1.45, 0.1)).outcome == "inconclusive"  # straddles 1.5
+    assert q10_verdict(1.35, 16384, interval=_exponent(1.35)).outcome == "not supported"  # every answer reachable
     assert q10_verdict(None, 8192).outcome == "inconclusive"
-    assert q10_verdict(1.1, 1024, hidden=64).outcome == "not supported"  # the crossover scales with the hidden size
+    assert q10_verdict(1.1, 1024, hidden=64, interval=_exponent(1.1)).outcome == "not supported"  # crossover scales
+    one = q10_verdict(1.8, 8192)  # one timing per length: no interval over repeated timings decides nothing
+    assert one.outcome == "inconclusive" and "n^1.80" in one.reason and "no interval" in one.reason
 
 
 def test_q11_outcomes():

@@ -149,21 +149,27 @@ def test_distillation_every_outcome_without_agreement_tiebreak():
     assert decide({"soft_ce": same})[0].outcome == INCONCLUSIVE
 
 
-def test_unfreezing_every_outcome_and_collapse_is_not_support():
+def test_unfreezing_is_non_inferiority_and_reaches_every_answer():
+    """Full fine-tuning "does as well" when gradual unfreezing's gain has a one-sided 95% upper bound below the
+    0.01 margin: a clearly trailing gradual unfreezing supports the claim (the committed case: -0.0169 [-0.0254,
+    -0.0085] over nine seeds, upper bound -0.0101), a clear gain beyond the margin refutes it, noise leaves it open."""
     from ptmlab.studies.unfreezing import decide
+    from ptmlab.studies.verdict import one_sided_bound
 
     full = [0.800, 0.810, 0.805]
     assert decide({"full": full, "gradual-unfreeze": [0.801, 0.809, 0.806]}, "accuracy").outcome == SUPPORTED
     assert decide({"full": full, "gradual-unfreeze": [0.850, 0.862, 0.856]}, "accuracy").outcome == NOT_SUPPORTED
     collapse = decide({"full": full, "gradual-unfreeze": [0.694, 0.690, 0.700]}, "accuracy")
-    assert collapse.outcome == INCONCLUSIVE and "schedule" in collapse.reason  # the reported case: was "supported"
+    assert collapse.outcome == SUPPORTED and "schedule" in collapse.reason  # trailing: full does at least as well
     assert decide({"full": [0.80], "gradual-unfreeze": [0.80]}, "accuracy").outcome == INCONCLUSIVE  # one seed
-    assert decide({"full": full, "gradual-unfreeze": [0.78, 0.83, 0.80]}, "accuracy").outcome == INCONCLUSIVE
-    # trailing beyond the margin on average, the interval not wholly below it: no seed count would bring support
-    trail = decide({"full": [0.80, 0.81, 0.80, 0.82], "gradual-unfreeze": [0.79, 0.785, 0.79, 0.79]}, "accuracy")
-    assert trail.outcome == INCONCLUSIVE and trail.estimate.high > -0.01 and trail.estimate.value < -0.01
-    assert "more seeds would at best show gradual unfreezing trailing" in trail.reason
-    assert trail.paper_effect is None  # so no "underpowered ... about N seeds would decide it" is added
+    open_ = decide({"full": full, "gradual-unfreeze": [0.78, 0.83, 0.80]}, "accuracy")
+    assert open_.outcome == INCONCLUSIVE and open_.paper_effect == 0.01  # the margin: the power note's yardstick
+    # the committed numbers: nine seeds, gradual minus full -0.0169, one-sided upper bound -0.0101 < +0.01
+    committed = {"full": [0.8406, 0.805, 0.8314, 0.8188, 0.82, 0.8154, 0.8085, 0.8257, 0.8096],
+                 "gradual-unfreeze": [0.8108, 0.797, 0.8028, 0.7867, 0.8096, 0.7959, 0.8073, 0.8142, 0.7982]}
+    v = decide(committed, "accuracy")
+    assert v.outcome == SUPPORTED and v.thresholds == (0.01,)
+    assert one_sided_bound(v.estimate, "upper") < v.estimate.high < 0.01
 
 
 def test_random_init_every_outcome_and_degenerate_ties_do_not_decide():
@@ -235,12 +241,14 @@ def test_ablation_every_outcome():
     v, counts = decide(base, {**harmless, **helps}, 0.01)
     assert v.outcome == SUPPORTED and counts["helpful"] == 1 and counts["harmless"] == 8
     low, high = counts["bounds"][(0, 7)]  # the helpful unit's interval lies above 0
-    assert 0 < low < high and all(lo >= -0.01 for lo, _ in counts["bounds"].values())
+    assert 0 < low < high and all(lo >= -0.02 for lo, _ in counts["bounds"].values())
     hurts = {(1, h): [base[0] * coin(0.7, 500, seed=10 + h)] for h in range(4)}
     v, counts = decide(base, {**harmless, **hurts}, 0.01, "head")
     assert v.outcome == NOT_SUPPORTED and counts["harmful"] == 4
     v, counts = decide(base, harmless, 0.01)  # harmless, a few flips up, none significant
     assert v.outcome == INCONCLUSIVE and counts["helpful"] == 0 and counts["raised"] > 0
+    assert [p.name for p in v.parts] == ["rarely hurts", "sometimes helps"]
+    assert v.reason.startswith("rarely hurts: supported: ") and "sometimes helps: inconclusive: " in v.reason
     assert decide([None], harmless, 0.01)[0].outcome == INCONCLUSIVE
     # what the run could detect, per part: three seeds' Bonferroni-level t quantile (2 df) dwarfs the 95% one
     seeds = [coin(0.8, 500, seed=s) for s in (1, 2, 3)]
@@ -250,8 +258,31 @@ def test_ablation_every_outcome():
     t = stats.t.ppf
     ratio = (t(1 - 0.05 / 16, 2) + t(0.8, 2)) / (t(0.975, 2) + t(0.8, 2))  # Bonferroni over 8 units, 2 df
     assert 0 < d["per_unit_95"] < 0.05 and d["per_unit_bonferroni"] == pytest.approx(ratio * d["per_unit_95"])
+    assert d["per_unit_one_sided"] < d["per_unit_95"]  # part 1 is one-sided
     assert v.outcome == INCONCLUSIVE and v.detectable_effect == d["per_unit_bonferroni"]
     assert "could detect" in v.reason
+
+
+def test_ablation_not_supported_needs_intervals_that_exclude_the_claim():
+    """"Sometimes helps" is refuted only when every unit's one-sided upper bound lies below 0: no unit raising
+    accuracy on average (the committed layer-ablation case, 0 of 12) is no evidence against it while the intervals
+    reach above 0."""
+    from ptmlab.studies.ablation import decide_units
+    from ptmlab.studies.verdict import Estimate
+
+    def unit(value, half, n=3):
+        return Estimate("u", value, value - half, value + half, n, "hierarchical bootstrap (95%)", n - 1)
+
+    wide = {(k,): unit(-0.01 - 0.001 * k, 0.05) for k in range(12)}  # every mean below 0, every interval across 0
+    v, counts = decide_units(wide, 3, 0.01, "layer")
+    assert counts["raised"] == 0 and counts["lowered"] == 0
+    assert v.parts[1].outcome == INCONCLUSIVE and v.outcome == INCONCLUSIVE
+    tight = {(k,): unit(-0.02, 0.005) for k in range(12)}  # every removal shown to cost accuracy
+    v, counts = decide_units(tight, 3, 0.01, "layer")
+    assert counts["lowered"] == 12 and v.parts[1].outcome == NOT_SUPPORTED
+    assert v.parts[0].outcome == NOT_SUPPORTED and counts["harmful"] == 12  # -0.02 +- 0.005: below -0.01 each
+    one_up = {**tight, (3,): unit(0.2, 0.01)}  # one removal clearly helps, even after Bonferroni
+    assert decide_units(one_up, 3, 0.01, "layer")[0].parts[1].outcome == SUPPORTED
 
 
 def test_ablation_split_design_every_outcome():
@@ -282,10 +313,11 @@ def test_ablation_split_design_every_outcome():
                      for k, b in enumerate(seeds)]}
     v, _ = decide(seeds, {**harmless, **turn}, 0.01, "head", "split")
     assert v.outcome == NOT_SUPPORTED
-    # no removal raises accuracy on the choosing half: not supported
+    # no removal raises accuracy on the choosing half: the held-out interval decides, never the point values (a
+    # chosen unit that changes nothing has no spread and stays open)
     same = {(0, h): [b.copy() for b in seeds] for h in range(3)}
     v, counts = decide(seeds, same, 0.01, "head", "split")
-    assert v.outcome == NOT_SUPPORTED and "no head's removal raises accuracy" in v.reason
+    assert v.parts[1].outcome == INCONCLUSIVE and counts["helps"]["choosing_gain"] == 0
     with pytest.raises(ValueError, match="unknown part-2 design"):
         decide(seeds, same, 0.01, "head", "holm")
 
@@ -307,21 +339,28 @@ def test_ghost_every_outcome():
 
 
 def test_compression_every_outcome():
+    """Each part of the claim (half the layer parameters; 8-bit weights) is decided on its own methods: one that
+    keeps accuracy never carries the other (the committed case: int8 supported, every half-layer method not)."""
     from ptmlab.studies.compression import decide
 
     base = [coin(0.85, 800, seed=s) for s in (1, 2, 3)]
     v, chosen = decide({"none": base, "torch-int8": [b.copy() for b in base],
                         "share": [b * coin(0.5, 800, seed=20 + i) for i, b in enumerate(base)]})
-    assert v.outcome == SUPPORTED and chosen == "torch-int8"
+    assert chosen == {"half the layer parameters": "share", "8-bit weights": "torch-int8"}
+    assert [p.name for p in v.parts] == ["half the layer parameters", "8-bit weights"]
+    assert [p.outcome for p in v.parts] == [NOT_SUPPORTED, SUPPORTED] and v.outcome == NOT_SUPPORTED
+    both = decide({"none": base, "torch-int8": [b.copy() for b in base], "prune": [b.copy() for b in base]})[0]
+    assert both.outcome == SUPPORTED and all(p.thresholds == (-0.01,) for p in both.parts)
     shared = [b * coin(0.7, 800, seed=30 + i) for i, b in enumerate(base)]
-    assert decide({"none": base, "share": shared})[0].outcome == NOT_SUPPORTED
+    only_half = decide({"none": base, "share": shared})[0]
+    assert only_half.outcome == NOT_SUPPORTED and only_half.parts[1].outcome == INCONCLUSIVE  # 8-bit did not run
     base = base[0]
     small = base[:200]
     lossy = small.copy()
     lossy[np.flatnonzero(small == 1)[:4]] = 0  # about two points lost on the odd half of 200: unresolved
-    assert decide({"none": [small], "prune": [lossy]}, 0.01)[0].outcome == INCONCLUSIVE
+    assert decide({"none": [small], "prune": [lossy]}, 0.01)[0].parts[0].outcome == INCONCLUSIVE
     # three seeds of the same loss resolve it at the seed level; one seed never does
     seeds = [coin(0.85, 400, seed=s) for s in (4, 5, 6)]
     worse = [b * coin(0.7, 400, seed=10 + i) for i, b in enumerate(seeds)]  # about 25 points lost
-    assert decide({"none": seeds[:1], "prune": worse[:1]})[0].outcome == INCONCLUSIVE
-    assert decide({"none": seeds, "prune": worse})[0].outcome == NOT_SUPPORTED
+    assert decide({"none": seeds[:1], "prune": worse[:1]})[0].parts[0].outcome == INCONCLUSIVE
+    assert decide({"none": seeds, "prune": worse})[0].parts[0].outcome == NOT_SUPPORTED

@@ -126,16 +126,37 @@ def test_data_quality_decide():
 
 
 # ------------------------------------------------------------------------------------------------ long inputs
+def _cost_rows(sdpa: float, passes: list[float], longest: int = 8192) -> list[dict]:
+    """Cost rows whose sdpa latency grows as n^(sdpa + noise of each pass), three timing passes kept."""
+    lengths = [longest // 8, longest // 4, longest // 2, longest]
+    return [{"impl": impl, "length": n, "latency_s": min(reps), "latency_reps": reps}
+            for n in lengths for impl, reps in (
+                ("sdpa", [(n / 1024) ** (sdpa + e) for e in passes]),
+                ("window", [(n / 1024) ** (1.05 + e) for e in passes]))]
+
+
 def test_long_attention_decide_combines_both_parts():
-    from ptmlab.studies.long_attention import decide
+    """Q10's exponent is decided by its interval over repeated timing passes, one timing per length decides
+    nothing; each part is named and shown."""
+    from ptmlab.studies.long_attention import decide, exponent_interval
 
     acc = {"truncate": [0.40, 0.42, 0.41], "window": [0.60, 0.61, 0.62]}
-    v = decide(1.9, 8192, 1.05, acc)
+    steep = exponent_interval(_cost_rows(1.9, [0.0, 0.02, -0.02]), "sdpa")
+    assert steep.n == 3 and steep.low > 1.5 and "repeated timing passes" in steep.method
+    v = decide(1.9, 8192, 1.05, acc, sdpa_interval=steep)
     assert v.outcome == S and v.estimate.value == pytest.approx(0.20)
-    assert decide(1.1, 8192, 1.05, acc).outcome == N  # Q10 refuted: near-linear full attention
-    assert decide(1.9, 8192, 1.05, {"truncate": acc["window"], "window": acc["truncate"]}).outcome == N
-    assert decide(1.9, 8192, 1.05, {"truncate": [0.4], "window": [0.6]}).outcome == I  # one seed
-    assert decide(1.35, 16384, 1.05, acc).outcome == I  # Q10 between the thresholds
+    assert [p.name for p in v.parts] == ["Q10", "Q11"] and v.reason.startswith("Q10: supported: ")
+    flat = exponent_interval(_cost_rows(1.1, [0.0, 0.01, -0.01]), "sdpa")
+    assert decide(1.1, 8192, 1.05, acc, sdpa_interval=flat).outcome == N  # Q10 refuted: interval below 1.5
+    reversed_acc = {"truncate": acc["window"], "window": acc["truncate"]}
+    assert decide(1.9, 8192, 1.05, reversed_acc, sdpa_interval=steep).outcome == N
+    assert decide(1.9, 8192, 1.05, {"truncate": [0.4], "window": [0.6]}, sdpa_interval=steep).outcome == I
+    noisy = exponent_interval(_cost_rows(1.5, [0.0, 0.3, -0.3]), "sdpa")
+    assert decide(1.5, 8192, 1.05, acc, sdpa_interval=noisy).parts[0].outcome == I  # straddles 1.5
+    alone = decide(1.9, 8192, 1.05, acc)  # one timing per length: no interval, Q10 open
+    assert alone.parts[0].outcome == I and "no interval over repeated timings" in alone.parts[0].reason
+    assert exponent_interval([{k: v for k, v in r.items() if k != "latency_reps"}
+                              for r in _cost_rows(1.9, [0.0, 0.1])], "sdpa") is None
 
 
 # ------------------------------------------------------------------------------------------------ distillation

@@ -1,9 +1,11 @@
 """``ptmlab study NAME [options]``: run one of the source articles' claims as an experiment.
 
-Four names are not studies: ``ptmlab study all`` runs every registered study (resuming finished ones),
+Five names are not studies: ``ptmlab study all`` runs every registered study (resuming finished ones),
 ``ptmlab study dashboard`` writes one HTML page with every claim and verdict, ``ptmlab study collect`` copies
 the results worth committing into ``studies/results/`` (with ``--runs``, an unfinished study's finished runs into
-``studies/partial/``), and ``ptmlab study restore`` puts packed runs back so that a study resumes on another machine.
+``studies/partial/``), ``ptmlab study restore`` puts packed runs back so that a study resumes on another machine,
+and ``ptmlab study preregister NAME`` writes the design a run must match to be confirmatory
+(``studies/preregistered/NAME.json``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from ptmlab.core.cli_parser import ArgParser
 
 def register(sub) -> None:
     p = sub.add_parser("study", help="run a study (a source claim as an experiment with a verdict); "
-                                     "`study all`, `study dashboard`, `study collect`, `study restore`",
+                                     "`study all`, `study dashboard`, `study collect`, `study restore`, "
+                                     "`study preregister`",
                        add_help=False)
     p.add_argument("-h", "--help", dest="list_studies", action="store_true", help="list the studies")
     p.add_argument("name", nargs="?", help="study name; `ptmlab study` lists them")
@@ -123,7 +126,14 @@ def run_restore(argv: list[str]) -> int:
     return 0
 
 
-SUITE_COMMANDS = {"all": run_all, "dashboard": run_dashboard, "collect": run_collect, "restore": run_restore}
+def run_preregister(argv: list[str]) -> int:
+    from ptmlab.studies.prereg import main
+
+    return main(argv)
+
+
+SUITE_COMMANDS = {"all": run_all, "dashboard": run_dashboard, "collect": run_collect, "restore": run_restore,
+                  "preregister": run_preregister}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -142,6 +152,8 @@ def run(args: argparse.Namespace) -> int:
               "\n  dashboard                one page of every claim and verdict: ptmlab study dashboard --output D"
               "\n  collect                  copy results to commit: ptmlab study collect --from D --to studies/results"
               "\n  restore                  resume on another machine: ptmlab study restore --from studies/partial "
-              "--to D")
+              "--to D"
+              "\n  preregister              fix a run's design before it runs: ptmlab study preregister NAME "
+              "--budget B")
         return 0
     return int(studies.get(args.name)(args.rest) or 0)

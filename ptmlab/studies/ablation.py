@@ -12,34 +12,44 @@ seeds' copies of each example pooled as independent examples; a percentile Bonfe
 resamples beyond its quantile (``counts.intervals.tail_resamples``).
 
 Rule: per unit, the accuracy change on removal, paired per example against the intact model, 95% interval (seeds,
-then examples, resampled: a hierarchical bootstrap; one given model: a bootstrap over examples); harmless when its
-lower end >= -tolerance, harmful when its upper end < -tolerance. Supported when >= 75% of units are harmless AND
-some unit's removal helps (Bonferroni interval above 0; --helps split: the unit chosen on even dev positions has a
-95% interval above 0 on the odd ones); not supported when > 25% are harmful or no removal raises accuracy at all
-(split: or the chosen unit's interval lies below 0); otherwise inconclusive.
+then examples, resampled: a hierarchical bootstrap; one given model: a bootstrap over examples). Part 1 (rarely
+hurts), non-inferiority per unit with one-sided 95% bounds: harmless when the lower bound >= -tolerance, harmful when
+the upper bound < -tolerance; supported when >= 75% of units are harmless, not supported when > 25% are harmful.
+Part 2 (sometimes helps): supported when some unit's Bonferroni-corrected interval lies above 0 (--helps split: the
+unit chosen on even dev positions has a 95% interval above 0 on the odd ones); not supported only when intervals
+exclude the claim: every unit's one-sided 95% upper bound below 0 (split: the chosen unit's held-out interval below
+0), never from point values. Otherwise inconclusive; the claim is supported when both parts are, not supported when
+either is not.
 
 In detail: for every unit, the change of dev accuracy when it is removed, paired per example against the intact
 model, with a 95% hierarchical bootstrap (seeds, then examples; mean ± t over seeds x SE) -- one given model: a
-percentile bootstrap over examples with enough resamples that the Bonferroni tail holds at least 20 of them. A unit
-is harmless when the interval's lower end is at or above -tolerance, harmful when its upper end is below -tolerance.
-Part 1 ("rarely hurts"): supported when at least 75% of units are harmless, not supported when more than 25% are
-harmful, inconclusive otherwise. Part 2 ("sometimes helps"): supported when at least one unit's removal raises
-accuracy with a Bonferroni-corrected interval (95% over all units) above 0, not supported when no unit's removal
-raises it at all, inconclusive otherwise. With ``--helps split`` part 2 makes one choice and one test instead:
-the unit whose removal raises accuracy most on the even dev positions (pooled over seeds) is tested alone on the odd
-positions, 95% (seeds, then examples), with no correction, since only one unit is tested on those examples:
-supported when the interval lies above 0, not supported when below 0 or when no removal raises accuracy on the
-choosing half, inconclusive otherwise (``counts.helps``: the chosen unit, every unit's choosing-half gain, the
-held-out interval). The claim is both parts (``combine``). What the run could detect: per
-part, the median over units of each unit's detectable effect (``verdict.detectable_effect``), at 95% for part 1 and
-at the Bonferroni level for part 2 (``counts.detectable``); with three seeds the corrected t quantile (2 degrees of
-freedom) makes part 2's far larger than part 1's.
+percentile bootstrap over examples with enough resamples that the Bonferroni tail holds at least 20 of them. Part 1
+("rarely hurts") reads each unit's interval as a non-inferiority test at the tolerance: a unit is harmless when its
+one-sided 95% lower bound is at or above -tolerance, harmful when its one-sided 95% upper bound is below -tolerance;
+supported when at least 75% of units are harmless, not supported when more than 25% are harmful, inconclusive
+otherwise. Part 2 ("sometimes helps"): supported when at least one unit's removal raises accuracy with a
+Bonferroni-corrected interval (95% over all units, from the unit's standard error) above 0; not supported when every
+unit's one-sided 95% upper bound lies below 0 (each removal shown to lower accuracy: the claim "some removal helps"
+excluded unit by unit, an intersection-union test that needs no correction); inconclusive otherwise. A unit whose
+mean change is not above 0 is no evidence that it cannot help: with three seeds a single unit's interval is several
+points wide. With ``--helps split`` part 2 makes one choice and one test instead: the unit whose removal raises
+accuracy most on the even dev positions (pooled over seeds) is tested alone on the odd positions, 95% (seeds, then
+examples), with no correction, since only one unit is tested on those examples: supported when the interval lies
+above 0, not supported when it lies below 0, inconclusive otherwise (``counts.helps``: the chosen unit, every unit's
+choosing-half gain, the held-out interval). The claim is both parts (``combine``), each shown with its own outcome.
+What the run could detect: per part, the median over units of each unit's detectable effect
+(``verdict.detectable_effect``), one-sided 95% for part 1 and at the Bonferroni level for part 2
+(``counts.detectable``); with three seeds the corrected t quantile (2 degrees of freedom) makes part 2's far larger
+than part 1's.
 
 Confirmatory run of part 2, fixed before it ran: the three-seed ``--budget full`` run (seeds 0-2, Bonferroni design)
 could detect only ±0.097 per head at the corrected level, ten times its ±0.0095 at 95%. The split design tests one
 head at 95% on half the dev set, about ±0.0095 x √2 ≈ ±0.013 if the seeds vary as much; it runs on fresh seeds,
 ``ptmlab study head-ablation --budget full --helps split --seeds 3,4,5``, so that no head is chosen on examples or
-fine-tunings already looked at. Its result replaces the committed one; part 1 is decided on it as before.
+fine-tunings already looked at. Its result replaces the committed one; part 1 is decided on it as before. Both
+committed results (head: seeds 3-5, split; layer: seeds 0-2, Bonferroni) were decided by an earlier rule (part 1 at
+two-sided 95%; part 2 "not supported" when no unit's mean change was above 0, a point value); judged again by this
+rule from their per-unit intervals they are exploratory.
 
 The model is a fine-tuned run directory, or a zoo model fine-tuned here first (one budget, once per seed:
 ``--seeds``; ``--budget full``: seeds 0,1,2 and mpnet). Every head (layer) is removed and, separately, made uniform;
@@ -69,6 +79,7 @@ from ptmlab.studies.common import (
     seed_list,
     write_study,
 )
+from ptmlab.studies.evidence import pack_runs
 from ptmlab.studies.executor import Run, run_grid
 from ptmlab.studies.verdict import (
     INCONCLUSIVE,
@@ -85,12 +96,14 @@ from ptmlab.studies.verdict import (
 )
 
 _RULE = ("per unit, the accuracy change on removal, paired per example against the intact model, 95% interval "
-         "(seeds, then examples, resampled: a hierarchical bootstrap; one given model: a bootstrap over "
-         "examples); harmless when its lower end >= -tolerance, harmful when its upper end < -tolerance. "
-         "Supported when >= 75% of units are harmless AND some unit's removal helps (Bonferroni interval above "
-         "0; --helps split: the unit chosen on even dev positions has a 95% interval above 0 on the odd ones); "
-         "not supported when > 25% are harmful or no removal raises accuracy at all (split: or the chosen unit's "
-         "interval lies below 0); otherwise inconclusive.")
+         "(seeds, then examples, resampled: a hierarchical bootstrap; one given model: a bootstrap over examples). "
+         "Part 1 (rarely hurts), non-inferiority per unit with one-sided 95% bounds: harmless when the lower bound "
+         ">= -tolerance, harmful when the upper bound < -tolerance; supported when >= 75% of units are harmless, not "
+         "supported when > 25% are harmful. Part 2 (sometimes helps): supported when some unit's Bonferroni-corrected "
+         "interval lies above 0 (--helps split: the unit chosen on even dev positions has a 95% interval above 0 on "
+         "the odd ones); not supported only when intervals exclude the claim: every unit's one-sided 95% upper bound "
+         "below 0 (split: the chosen unit's held-out interval below 0), never from point values. Otherwise "
+         "inconclusive; the claim is supported when both parts are, not supported when either is not.")
 _CONDITIONS = (
     "the intact fine-tuned model above the task's majority-class accuracy by a t interval over seeds",
     "per-unit intervals resample seeds, then examples (or come from one given model), never seeds' copies pooled",
@@ -100,11 +113,15 @@ CLAIMS = {
     "head": Claim(study="head-ablation", claim="removing one attention head rarely hurts and sometimes helps",
                   source="Q13; Michel et al., NeurIPS 2019 (Are Sixteen Heads Really Better than One?)",
                   paper="BERT-base on MNLI: most single-head removals change accuracy by under about 1 point; some "
-                        "raise it", rule=_RULE, conditions=_CONDITIONS),
+                        "raise it", rule=_RULE, conditions=_CONDITIONS,
+                  metric="dev accuracy change when one head is removed, per head", margin=0.01,
+                  parts=("rarely hurts", "sometimes helps")),
     "layer": Claim(study="layer-ablation", claim="removing one layer rarely hurts and sometimes helps",
                    source="Q14; Kovaleva et al. 2019 (Revealing the Dark Secrets of BERT)",
                    paper="BERT-base: disabling single layers or their attention often costs little and sometimes "
-                         "helps", rule=_RULE, conditions=_CONDITIONS),
+                         "helps", rule=_RULE, conditions=_CONDITIONS,
+                   metric="dev accuracy change when one layer is removed, per layer", margin=0.01,
+                   parts=("rarely hurts", "sometimes helps")),
 }
 CLAIM = CLAIMS["head"]
 HELPS_DESIGNS = ("bonferroni", "split")  # how part 2 is tested (--helps)
@@ -229,61 +246,97 @@ def unit_interval(r: list, b: list, metric: str, confidence: float = 0.95):
     return paired_bootstrap(r[0], b[0], metric, confidence, resamples_for(confidence))
 
 
+def corrected_bound(est, n: int, side: str = "lower") -> float:
+    """The Bonferroni-corrected (``1 - 0.05/n``, two-sided) bound of a unit's 95% interval, from its standard
+    error: ``value -/+ q(1 - 0.025/n) x SE`` (t quantiles with the interval's df; exact for the seeds-then-examples
+    bootstrap, whose standard error does not depend on the level)."""
+    from ptmlab.studies.verdict import one_sided_bound
+
+    return one_sided_bound(est, side, 1 - 0.05 / n / 2)
+
+
 def decide(base: list, removed: dict, tol: float, unit: str = "head",
            helps: str = "bonferroni") -> tuple[Verdict, dict]:
     """The rule of ``CLAIM``: ``base[k]`` is seed k's intact per-example correctness, ``removed[u][k]`` unit u's
     after removal. Returns the verdict and the counts (harmless, harmful, helpful, units) with how the intervals
     were made (``intervals``) and each unit's 95% interval (``bounds``: {unit: (low, high)}). ``helps`` is part 2's
     design (``HELPS_DESIGNS``); ``split`` adds ``counts["helps"]``: the unit chosen on even dev positions, every
-    unit's choosing-half gain and the chosen unit's held-out interval."""
+    unit's choosing-half gain and the chosen unit's held-out interval. Every count and outcome comes from the
+    units' intervals (``decide_units``), so a record's per-unit intervals give the same verdict again."""
     if helps not in HELPS_DESIGNS:
         raise ValueError(f"unknown part-2 design {helps!r}: one of {', '.join(HELPS_DESIGNS)}")
     if any(b is None for b in base):
         return Verdict(INCONCLUSIVE, "no per-example correctness (a regression task): the bootstrap rule cannot "
                                      "run"), {}
-    n = len(removed)
-    harmless = harmful = helpful = raised = 0
-    bounds, detect, detect_corrected = {}, [], []
-    for u, runs in removed.items():
-        est = unit_interval(runs, base, f"{unit} {u}")
-        bounds[tuple(u)] = (est.low, est.high)
+    ests = {tuple(u): unit_interval(runs, base, f"{unit} {u}") for u, runs in removed.items()}
+    split = _helps_split(base, removed, unit) if helps == "split" else None
+    return decide_units(ests, len(base), tol, unit, split)
+
+
+def decide_units(ests: dict, seeds: int, tol: float, unit: str = "head", split: dict | None = None
+                 ) -> tuple[Verdict, dict]:
+    """The rule of ``CLAIM`` on each unit's 95% interval of the accuracy change on removal (``ests``: {unit:
+    Estimate}) and, for the split design, ``split`` (``_helps_split``'s record: the chosen unit and its held-out
+    interval). Part 1 ("rarely hurts"), non-inferiority per unit with one-sided 95% bounds: harmless when the lower
+    bound is at or above -tol, harmful when the upper bound is below -tol; supported when at least 75% of units are
+    harmless, not supported when more than 25% are harmful, else inconclusive. Part 2 ("sometimes helps"): supported
+    when a unit's Bonferroni-corrected lower bound is above 0 (split: the chosen unit's held-out 95% interval);
+    not supported only when an interval excludes the claim: every unit's one-sided 95% upper bound below 0 (each
+    removal shown to lower accuracy; split: the held-out interval below 0) -- never from point values; else
+    inconclusive."""
+    from ptmlab.studies.verdict import one_sided_bound
+
+    n = len(ests)
+    harmless = harmful = helpful = raised = below = 0
+    detect, detect_one_sided, detect_corrected = [], [], []
+    for est in ests.values():
         detect.append(detectable_effect(est))
+        detect_one_sided.append(detectable_effect(est, confidence=0.9))
         detect_corrected.append(detectable_effect(est, confidence=1 - 0.05 / n))
-        harmless += est.low >= -tol
-        harmful += est.high < -tol
+        harmless += one_sided_bound(est, "lower") >= -tol
+        harmful += one_sided_bound(est, "upper") < -tol
         raised += est.value > 0
-        if est.value > 0 and helps == "bonferroni":
-            helpful += unit_interval(runs, base, f"{unit} {u}", 1 - 0.05 / n).low > 0
-    tail = 0.05 / n / 2
+        below += one_sided_bound(est, "upper") < 0
+        if split is None:
+            helpful += corrected_bound(est, n) > 0
     counts = {"units": n, "harmless": int(harmless), "harmful": int(harmful), "helpful": int(helpful),
-              "raised": int(raised),
-              "intervals": {"seed_level": 1, "seeds": len(base),
-                            "method": "hierarchical bootstrap, t over seeds" if len(base) > 1 else
+              "raised": int(raised), "lowered": int(below),
+              "intervals": {"seed_level": 1, "seeds": seeds,
+                            "method": "hierarchical bootstrap, t over seeds" if seeds > 1 else
                             "percentile bootstrap over examples (one model)",
-                            "tail_resamples": None if len(base) > 1 else resamples_for(1 - 0.05 / n) * tail},
-              "bounds": bounds}
-    det, det_corrected = _median_detectable(detect), _median_detectable(detect_corrected)
-    counts["detectable"] = {"per_unit_95": det, "per_unit_bonferroni": det_corrected}
+                            "tail_resamples": None if seeds > 1 else resamples_for(1 - 0.05 / n) * 0.05 / n / 2},
+              "bounds": {u: (e.low, e.high) for u, e in ests.items()}}
+    det1, det, det_corrected = (_median_detectable(x) for x in (detect_one_sided, detect, detect_corrected))
+    counts["detectable"] = {"per_unit_95": det, "per_unit_one_sided": det1, "per_unit_bonferroni": det_corrected}
     rare = Verdict(SUPPORTED if harmless >= 0.75 * n else NOT_SUPPORTED if harmful > 0.25 * n else INCONCLUSIVE,
-                   f"removing one {unit} is harmless (95% interval above -{tol:g}) for {harmless} of {n} and harmful "
-                   f"(interval below -{tol:g}) for {harmful}" + _could_detect(det, "per " + unit),
-                   detectable_effect=det)
-    if helps == "split":
-        part2, counts["helps"] = _helps_split(base, removed, unit)
-        counts["helpful"] = int(part2.outcome == SUPPORTED)
+                   f"removing one {unit} is harmless (one-sided 95% lower bound at or above -{tol:g}) for {harmless} "
+                   f"of {n} and harmful (upper bound below -{tol:g}) for {harmful}"
+                   + _could_detect(det1, "per " + unit), detectable_effect=det1)
+    if split is not None:
+        odd = split["estimate"]
+        dodd = detectable_effect(odd)
+        said = odd.text() + ("" if dodd is None else f" (could detect ±{dodd:.4f})")
+        outcome = SUPPORTED if odd.low > 0 else NOT_SUPPORTED if odd.high < 0 else INCONCLUSIVE
+        part2 = Verdict(outcome, f"{unit} {split['record']['chosen']}, chosen on the even dev positions (gain "
+                                 f"{split['record']['choosing_gain']:+.4f} there), changes accuracy on the odd ones "
+                                 f"by {said}", odd, detectable_effect=dodd, thresholds=(0.0,))
+        counts["helps"] = split["record"]
+        counts["helpful"] = int(outcome == SUPPORTED)
     else:
-        part2 = Verdict(SUPPORTED if helpful else NOT_SUPPORTED if not raised else INCONCLUSIVE,
-                        f"removal raises accuracy for {raised} of {n} {unit}s, significantly (Bonferroni) for "
-                        f"{helpful}" + _could_detect(det_corrected, f"per {unit}, Bonferroni over {n}"),
+        outcome = SUPPORTED if helpful else NOT_SUPPORTED if below == n else INCONCLUSIVE
+        part2 = Verdict(outcome, f"removal raises accuracy significantly (Bonferroni over {n}) for {helpful} of {n} "
+                                 f"{unit}s and lowers it (one-sided 95% upper bound below 0) for {below}; {raised} "
+                                 f"raise it on average" + _could_detect(det_corrected, f"per {unit}, Bonferroni over "
+                                                                                        f"{n}"),
                         detectable_effect=det_corrected)
-    return combine([rare, part2]), counts
+    return combine([rare, part2], names=["rarely hurts", "sometimes helps"]), counts
 
 
-def _helps_split(base: list, removed: dict, unit: str) -> tuple[Verdict, dict]:
+def _helps_split(base: list, removed: dict, unit: str) -> dict:
     """Part 2 by the split design: the unit whose removal raises accuracy most on the even dev positions (pooled
     over seeds; a tie goes to the first unit) is tested alone on the odd positions, 95% (seeds, then examples; one
-    model: examples). Supported when that interval lies above 0; not supported when it lies below 0, or when no
-    removal raises accuracy on the choosing half; otherwise inconclusive."""
+    model: examples). Returns the held-out ``estimate`` and the ``record`` (``counts.helps``: the chosen unit, its
+    choosing-half gain, every unit's, and the held-out interval)."""
     from ptmlab.studies.common import choose_then_test
 
     names = {str(list(u)): u for u in removed}
@@ -295,17 +348,75 @@ def _helps_split(base: list, removed: dict, unit: str) -> tuple[Verdict, dict]:
     u = names[best]
     odd = unit_interval([np.asarray(r, dtype=float)[1::2] for r in removed[u]],
                         [np.asarray(b, dtype=float)[1::2] for b in base], f"{unit} {list(u)} removal gain, held out")
-    det = detectable_effect(odd)
-    said = odd.text() + ("" if det is None else f" (could detect ±{det:.4f})")
-    if choose[best] <= 0:
-        outcome, how = NOT_SUPPORTED, f"no {unit}'s removal raises accuracy on the choosing half"
-    else:
-        outcome = SUPPORTED if odd.low > 0 else NOT_SUPPORTED if odd.high < 0 else INCONCLUSIVE
-        how = (f"{unit} {list(u)}, chosen on the even dev positions (gain {choose[best]:+.4f} there), changes "
-               f"accuracy on the odd ones by {said}")
     record = {"design": "split", "chosen": list(u), "choosing_gain": float(choose[best]), "held_out": odd.to_dict(),
               "choosing_gains": {k: float(v) for k, v in choose.items()}}
-    return Verdict(outcome, how, odd, detectable_effect=det), record
+    return {"estimate": odd, "record": record}
+
+
+RESTATES_RECORDED_INTERVALS = True  # restate reads each unit's recorded interval, never per-seed scores
+
+
+def recomputed_from(record: dict) -> tuple[str, str]:
+    """How ``restate`` recomputed ``record``'s verdict (``rederive``'s ``recompute`` block)."""
+    from ptmlab.studies.evidence import evidence_of
+
+    if evidence_of(record):
+        return "recomputed", "every seed's per-example correctness of the intact model and of each unit's removal"
+    return "partly recomputed", ("counts and outcomes from each unit's recorded 95% interval (rows' removal_low and "
+                                 "removal_high) and, for the split design, the recorded choosing-half gains and "
+                                 "held-out interval; those intervals need the per-example records a rerun keeps")
+
+
+def unit_estimates_of(record: dict) -> dict | None:
+    """Each unit's 95% interval of the change on removal, from a results record's rows (``removal_low`` /
+    ``removal_high`` beside ``removed_delta``); None when the rows do not carry them."""
+    from ptmlab.studies.verdict import Estimate
+
+    counts = record.get("counts") or {}
+    seeds = int((counts.get("intervals") or {}).get("seeds") or len(record.get("base_per_seed") or []) or 1)
+    ests = {}
+    for r in record.get("rows") or []:
+        low, high = r.get("removal_low"), r.get("removal_high")
+        if not isinstance(low, int | float) or not isinstance(high, int | float):
+            return None
+        u = (r["layer"], r["head"]) if "head" in r else (r["layer"],)
+        value = (low + high) / 2 if seeds > 1 else float(r.get("removed_delta"))
+        ests[u] = Estimate(f"unit {list(u)}", value, float(low), float(high), seeds,
+                           "hierarchical bootstrap, t over seeds (95%)" if seeds > 1 else "bootstrap over examples",
+                           seeds - 1 if seeds > 1 else None)
+    return ests or None
+
+
+def restate(record: dict, name: str = "head-ablation") -> Verdict | None:
+    """The rule of ``CLAIM`` recomputed from the record: from its per-example records (``evidence``: each seed's
+    intact and per-unit correctness) when it carries them, every interval recomputed; else from the per-unit 95%
+    intervals its rows hold (the counts and outcomes recomputed, the intervals as the run computed them) and, for
+    the split design, the recorded choosing-half gains and held-out interval."""
+    from ptmlab.studies.evidence import evidence_of, unpack_runs
+    from ptmlab.studies.verdict import Estimate
+
+    kind = "layer" if name.startswith("layer") else "head"
+    tol = float(record.get("tolerance") if isinstance(record.get("tolerance"), int | float) else 0.01)
+    helps = ((record.get("counts") or {}).get("helps") or {})
+    ev = evidence_of(record)
+    if ev.get("base") and ev.get("removed"):
+        base = unpack_runs(ev["base"])
+        removed = {tuple(int(x) for x in k.split("-")): unpack_runs(v) for k, v in ev["removed"].items()}
+        return decide(base, removed, tol, kind, helps.get("design") or "bonferroni")[0]
+    ests = unit_estimates_of(record)
+    if ests is None:
+        return None
+    split = None
+    if helps.get("design") == "split":
+        gains = helps.get("choosing_gains") or {}
+        if not gains or not isinstance(helps.get("held_out"), dict):
+            return None
+        best = max(gains, key=gains.get)  # ties: the first unit, as choose_then_test
+        if [int(x) for x in best.strip("[]").split(",")] != list(helps.get("chosen") or []):
+            return None  # the recorded choice is not the one its gains give: nothing to restate from
+        split = {"estimate": Estimate.from_dict(helps["held_out"]), "record": helps}
+    seeds = int(((record.get("counts") or {}).get("intervals") or {}).get("seeds") or 1)
+    return decide_units(ests, seeds, tol, kind, split)[0]
 
 
 def _median_detectable(effects: list) -> float | None:
@@ -341,6 +452,8 @@ def _run(kind: str, argv: list[str]) -> int:
     table = tables[0] if len(tables) == 1 else _mean_table(tables)
     v, counts = decide(base, removed, a.tolerance, kind, a.helps)
     bounds = counts.pop("bounds", {})
+    evidence = None if any(b is None for b in base) else {
+        "base": pack_runs(base), "removed": {"-".join(map(str, u)): pack_runs(r) for u, r in removed.items()}}
     rows = table.rows()
     for r in rows:  # each unit's removal interval beside its mean change
         low_high = bounds.get((r["layer"], r["head"]) if "head" in r else (r["layer"],))
@@ -355,7 +468,7 @@ def _run(kind: str, argv: list[str]) -> int:
     write_study(out, f"Study: {kind} ablation ({a.model} on {a.task})", rows, v,
                 [(fig, f"{kind}_ablation", f"dev {table.metric} per ablated {kind} (mean over seeds)")],
                 extra={"base": table.base, "metric": table.metric, "counts": counts, "tolerance": a.tolerance,
-                       "base_per_seed": [t.base for t in tables]},
+                       "base_per_seed": [t.base for t in tables], "evidence": evidence},
                 claim=CLAIMS[kind], budget=a.budget, seeds=seeds, validity=validity)
     return 0
 

@@ -10,10 +10,12 @@ chosen variant and layer is above chance (0.5: the anomalous sentence of a pair 
 phenomena, by its 95% bootstrap interval (``held_out_at_chosen_layer``): peak layers of a detector at chance mean
 nothing.
 
-Rule: variant and layer chosen on half the BLiMP phenomena, numbers from the other half; supported when the 95%
-bootstrap interval of (semantics peak layer - morphology peak layer) is above 0.5 AND the commonsense set's
-best-layer share of more-surprising anomalies has an interval below 0.65; not supported when either lies wholly on
-the wrong side; otherwise inconclusive.
+Rule: variant and layer chosen on half the BLiMP phenomena, numbers from the other half; part 1 (morphology earlier)
+supported when the 95% bootstrap interval of (semantics peak layer - morphology peak layer) is above 0.5, not
+supported when below; part 2 (commonsense hardly at all), every layer reported, none chosen: supported when every
+layer's share of more-surprising anomalies has a one-sided 95% upper bound below 0.65, not supported when some
+layer's lower bound, Bonferroni-corrected over the layers, is above 0.65; the claim supported when both parts are,
+not supported when either is not, otherwise inconclusive.
 
 In detail. Honest selection first: BLiMP phenomena are split by name (sorted; even positions form the development
 half, odd positions the held-out half). The scoring variant (``--variants``: centred token vectors or the plain
@@ -21,10 +23,16 @@ method) and the reported layer are chosen on the development half; every number 
 held-out half. Part 1 (morphology earlier): the peak layer of semantics minus the peak layer of morphology on
 held-out pairs, with a 95% bootstrap over pairs (resampled within each field, peaks recomputed): supported when the
 interval is above 0.5 (morphology peaks at least one layer earlier), not supported when below 0.5 (same layer or
-later), inconclusive otherwise. Part 2 (commonsense hardly at all): on the commonsense set (``urbach-kutas``), the
-share of rows where the anomalous sentence is more surprising at the best layer (rows resampled, best layer
-recomputed; 95% bootstrap): supported when below 0.65, not supported when above, inconclusive otherwise. The claim
-is both parts; a part whose data are absent is inconclusive.
+later), inconclusive otherwise. Part 2 (commonsense hardly at all): on the commonsense set (``urbach-kutas``), per
+layer, the share of rows where the anomalous sentence is more surprising (a row's value averaged over the reference
+samples), with a normal interval over rows; no layer is chosen on the rows it is reported on. Supported when every
+layer's one-sided 95% upper bound is below 0.65 (each layer shown below it: an intersection-union test, no
+correction needed); not supported when some layer's lower bound, Bonferroni-corrected over the layers (one-sided
+1 - 0.05/L), is above 0.65; inconclusive otherwise. The claim is both parts; a part whose data are absent is
+inconclusive. The committed result was decided by an earlier part 2 that read the best of the layers on the same
+rows; judged again by this rule from each layer's recorded share (with the largest spread a share can have,
+p(1 - p)/n: conservative, since the rows are averaged over the reference samples) it is exploratory; a rerun keeps
+the per-row shares (``evidence``).
 
 Method: Gaussians per layer on a reference corpus (one fit per seed, each on its own reference sample: ``--seeds``;
 a pair's correctness is averaged over seeds), BLiMP accuracy per layer and field, and the surprisal gap per layer on
@@ -50,6 +58,7 @@ from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import StudyBase, parse_study_args, write_study
+from ptmlab.studies.evidence import rounded, unrounded
 from ptmlab.studies.verdict import (
     INCONCLUSIVE,
     NOT_SUPPORTED,
@@ -68,13 +77,19 @@ CLAIM = Claim(
     source="ACL 2021: Li, Zhu & Rudzicz, How is BERT surprised? Layerwise detection of linguistic anomalies",
     paper="BLiMP best-layer accuracy BERT-base 0.742, RoBERTa-base 0.830; morphosyntax peaks earlier than "
           "semantics; commonsense anomalies give no surprisal at any layer",
-    rule="variant and layer chosen on half the BLiMP phenomena, numbers from the other half; supported when the "
-         "95% bootstrap interval of (semantics peak layer - morphology peak layer) is above 0.5 AND the commonsense "
-         "set's best-layer share of more-surprising anomalies has an interval below 0.65; not supported when either "
-         "lies wholly on the wrong side; otherwise inconclusive",
+    rule="variant and layer chosen on half the BLiMP phenomena, numbers from the other half; part 1 (morphology "
+         "earlier) supported when the 95% bootstrap interval of (semantics peak layer - morphology peak layer) is "
+         "above 0.5, not supported when below; part 2 (commonsense hardly at all), every layer reported, none "
+         "chosen: supported when every layer's share of more-surprising anomalies has a one-sided 95% upper bound "
+         "below 0.65, not supported when some layer's lower bound, Bonferroni-corrected over the layers, is above "
+         "0.65; the claim supported when both parts are, not supported when either is not, otherwise inconclusive.",
     conditions=(
         "held-out pair accuracy at the chosen layer above chance (0.5) by its 95% interval",
     ),
+    metric="part 1: semantics minus morphology peak layer (held-out BLiMP); part 2: per layer, the share of "
+           "commonsense anomalies more surprising",
+    margin=0.65,
+    parts=("morphology earlier", "commonsense hardly at all"),
 )
 SHARED = DEFAULT_TEXT_DIR.parent
 COMMONSENSE = "urbach-kutas"
@@ -130,36 +145,104 @@ def peak_gap(morph: np.ndarray, sem: np.ndarray, resamples: int = 2000, seed: in
                     len(morph) + len(sem), f"bootstrap over {len(morph) + len(sem)} pairs (95%)")
 
 
-def best_layer_share(correct: np.ndarray, resamples: int = 2000, seed: int = 0) -> Estimate:
-    """The best layer's share of correct rows [rows, layers], the best layer recomputed in every resample."""
-    rng = np.random.default_rng(seed)
-    value = float(correct.mean(0).max())
-    boot = [correct[rng.integers(0, len(correct), len(correct))].mean(0).max() for _ in range(resamples)]
-    lo, hi = np.quantile(boot, [0.025, 0.975])
-    return Estimate("best-layer share of anomalies more surprising", value, float(lo), float(hi), len(correct),
-                    f"bootstrap over {len(correct)} rows, best layer recomputed (95%)")
+def every_layer(means, ses, n: int, how: str, ceiling: float = 0.65) -> Verdict:
+    """Part 2 from each layer's share of more-surprising anomalies (``means``) and its standard error (``ses``)
+    over ``n`` rows: supported when every layer's one-sided 95% upper bound is below ``ceiling``, not supported
+    when some layer's Bonferroni-corrected lower bound (one-sided ``1 - 0.05/L``) is above it, else inconclusive.
+    The estimate is the highest layer's share with its corrected interval."""
+    from scipy.stats import norm
+
+    from ptmlab.studies.verdict import detectable_effect
+
+    means, ses = [float(x) for x in means], [float(x) for x in ses]
+    n_layers = len(means)
+    z1, zb = float(norm.ppf(0.95)), float(norm.ppf(1 - 0.05 / n_layers))
+    top = int(np.argmax(means))
+    est = Estimate(f"commonsense: share of anomalies more surprising, layer {top} (the highest of {n_layers})",
+                   means[top], means[top] - zb * ses[top], means[top] + zb * ses[top], n,
+                   f"normal interval over {n} rows, Bonferroni over {n_layers} layers, {how}",
+                   None, 1 - 0.1 / n_layers)
+    det = detectable_effect(est)
+    uppers = [m + z1 * s for m, s in zip(means, ses, strict=True)]
+    lowers = [m - zb * s for m, s in zip(means, ses, strict=True)]
+    above = [k for k, lo in enumerate(lowers) if lo > ceiling]
+    said = (f"every layer reported: the highest, layer {top}, {means[top]:.3f} (Bonferroni-corrected "
+            f"[{lowers[top]:.3f}, {means[top] + zb * ses[top]:.3f}]; {how})"
+            + ("" if det is None else f"; could detect ±{det:.4f}"))
+    if all(u < ceiling for u in uppers):
+        return Verdict(SUPPORTED, f"{said}: every layer's one-sided 95% upper bound is below {ceiling:g} (the "
+                                  f"highest {max(uppers):.3f})", est, detectable_effect=det, thresholds=(ceiling,))
+    if above:
+        return Verdict(NOT_SUPPORTED, f"{said}: layers {above} have corrected lower bounds above {ceiling:g}", est,
+                       detectable_effect=det, thresholds=(ceiling,))
+    return Verdict(INCONCLUSIVE, f"{said}: no layer's corrected lower bound is above {ceiling:g}, and layers "
+                                 f"{[k for k, u in enumerate(uppers) if u >= ceiling]} have upper bounds at or "
+                                 f"above it", est, detectable_effect=det, thresholds=(ceiling,))
+
+
+def commonsense_rows(matrix: np.ndarray, ceiling: float = 0.65) -> Verdict:
+    """Part 2 from the per-row, per-layer values [rows, layers] (each row's share over the reference samples)."""
+    n = len(matrix)
+    return every_layer(matrix.mean(0), matrix.std(0, ddof=1) / np.sqrt(n), n, "rows' own spread", ceiling)
 
 
 def decide(morph: np.ndarray | None, sem: np.ndarray | None, commonsense: np.ndarray | None,
-           ceiling: float = 0.65) -> Verdict:
+           ceiling: float = 0.65, part1: Verdict | None = None, part2: Verdict | None = None) -> Verdict:
     """The rule of ``CLAIM`` on held-out per-pair correctness of morphology and semantics and per-row correctness of
-    the commonsense set (each [items, layers]; None when absent)."""
-    if morph is None or sem is None or not len(morph) or not len(sem):
+    the commonsense set (each [items, layers]; None when absent). ``part1`` / ``part2``: a part already decided (a
+    record's own, when its per-item numbers are not kept)."""
+    if part1 is None and (morph is None or sem is None or not len(morph) or not len(sem)):
         part1 = Verdict(INCONCLUSIVE, "no held-out morphology or semantics pairs to compare")
-    else:
+    elif part1 is None:
         est = peak_gap(morph, sem)
         out = SUPPORTED if est.low > 0.5 else NOT_SUPPORTED if est.high < 0.5 else INCONCLUSIVE
         word = {SUPPORTED: "morphology peaks earlier", NOT_SUPPORTED: "morphology peaks no earlier",
                 INCONCLUSIVE: "not resolved"}[out]
-        part1 = Verdict(out, f"semantics minus morphology peak layer {est.text(1)}: {word}", est)
-    if commonsense is None or not len(commonsense):
+        part1 = Verdict(out, f"semantics minus morphology peak layer {est.text(1)}: {word}", est, thresholds=(0.5,))
+    if part2 is None and (commonsense is None or not len(commonsense)):
         part2 = Verdict(INCONCLUSIVE, f"no commonsense set ({COMMONSENSE}) to test")
+    elif part2 is None:
+        part2 = commonsense_rows(np.asarray(commonsense, dtype=float), ceiling)
+    return combine([part1, part2], names=["morphology earlier", "commonsense hardly at all"])
+
+
+RESTATES_RECORDED_INTERVALS = True  # part 1 as recorded; part 2 from the per-layer shares the rows hold
+
+
+def recomputed_from(record: dict) -> tuple[str, str]:
+    """How ``restate`` recomputed ``record``'s verdict (``rederive``'s ``recompute`` block)."""
+    from ptmlab.studies.evidence import evidence_of
+
+    if evidence_of(record).get("commonsense"):
+        return "partly recomputed", ("part 2 from every commonsense row's per-layer share (evidence); part 1's "
+                                     "bootstrap over held-out pairs as the run recorded it")
+    return "partly recomputed", ("part 2 from each layer's recorded share with the largest spread a share can have "
+                                 "(p(1 - p)/n, conservative); part 1 as the run recorded it")
+
+
+def restate(record: dict, name: str = "anomaly") -> Verdict | None:
+    """The rule of ``CLAIM`` from the record: part 1 as the run recorded it (its per-pair numbers are not kept);
+    part 2 from the per-row shares (``evidence.commonsense``) where kept, else from each layer's share in the rows
+    with the largest spread a share of n rows can have, ``p(1 - p)/n``."""
+    from ptmlab.studies.evidence import evidence_of, unrounded
+
+    parts = [Verdict.from_part(p) for p in record.get("parts") or [] if isinstance(p, dict)]
+    if not parts or parts[0] is None:
+        return None
+    ev = evidence_of(record).get("commonsense")
+    if ev:
+        part2 = commonsense_rows(np.array([unrounded(row) for row in ev]))
     else:
-        est = best_layer_share(commonsense)
-        out = SUPPORTED if est.high < ceiling else NOT_SUPPORTED if est.low > ceiling else INCONCLUSIVE
-        word = {SUPPORTED: "below", NOT_SUPPORTED: "above", INCONCLUSIVE: "not resolved against"}[out]
-        part2 = Verdict(out, f"commonsense: {est.text(3)} {word} {ceiling:g}", est)
-    return combine([part1, part2])
+        shares = next((r for r in record.get("rows") or [] if str(r.get("group", "")).startswith(f"{COMMONSENSE}:")),
+                      None)
+        old = parts[1].estimate if len(parts) > 1 and parts[1] is not None else None
+        if shares is None or old is None or not old.n:
+            return None
+        means = [float(v) for k, v in sorted(((k, v) for k, v in shares.items() if k.startswith("layer ")),
+                                             key=lambda kv: int(kv[0].split()[1]))]
+        ses = [max(float(np.sqrt(p * (1 - p) / old.n)), 1e-12) for p in means]
+        part2 = every_layer(means, ses, old.n, "spread bounded by p(1 - p)/n")
+    return decide(None, None, None, part1=parts[0], part2=part2)
 
 
 def _correct(a: AnomalyStudyArgs, pairs, sets, seeds: list[int]) -> dict[str, tuple[np.ndarray, dict]]:
@@ -205,6 +288,7 @@ class _FitArgs:
     gaussians: str | None = None
 
 
+
 @STUDIES.register("anomaly", help="ACL 2021: layer-wise Gaussian anomaly detection on BLiMP and psycholinguistics")
 def run(argv: list[str]) -> int:
     from ptmlab.analysis import plots
@@ -239,6 +323,8 @@ def run(argv: list[str]) -> int:
         return correct[m] if m.any() else None
 
     commonsense = next((c for (name, _), c in psy.items() if name == COMMONSENSE), None)
+    if commonsense is not None:  # decided from the values results.json keeps, so that they give it again
+        commonsense = np.array([unrounded(rounded(row)) for row in np.asarray(commonsense, dtype=float)])
     v = decide(field("morphology"), field("semantics"), commonsense)
     rows = [{"group": f"{var} ({'chosen' if var == chosen else 'not chosen'}), {part} phenomena",
              **{f"layer {i}": round(float(x), 4) for i, x in enumerate(c[mask].mean(0))}}
@@ -259,7 +345,9 @@ def run(argv: list[str]) -> int:
                        "selection": "phenomena sorted by name: even positions choose the variant and layer (dev), "
                                     "odd positions report (held-out)",
                        "dev_phenomena": sorted(dev_names), "held_out_phenomena": sorted(held_names),
-                       "pairs": {"dev": int(dev.sum()), "held_out": int(held.sum())}, "model": a.model},
+                       "pairs": {"dev": int(dev.sum()), "held_out": int(held.sum())}, "model": a.model,
+                       "evidence": None if commonsense is None else
+                       {"commonsense": [rounded(row) for row in np.asarray(commonsense, dtype=float)]}},
                 claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
 

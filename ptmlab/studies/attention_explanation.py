@@ -244,11 +244,12 @@ def decide(res: list[dict], tau_max: float = 0.3, tvd_small: float = 0.05) -> Ve
     side = SUPPORTED if weak.high < tau_max else NOT_SUPPORTED if weak.low > tau_max else INCONCLUSIVE
     word = {SUPPORTED: "is below", NOT_SUPPORTED: "is above", INCONCLUSIVE: "includes"}[side]
     part1 = Verdict(side, f"mean {PRIMARY} {weak.text()} {word} {tau_max:g}", weak,
-                    detectable_effect=detectable_effect(weak))
+                    detectable_effect=detectable_effect(weak), thresholds=(tau_max,))
     part2 = decide_above(_interval(imp, f"tau_grad_loo minus {PRIMARY}", att), 0.0)
     part3 = decide_above(_interval([(x < tvd_small).astype(float) for x in column("permutation_tvd")],
                                    f"share of examples with permutation TVD < {tvd_small:g}"), 0.5)
-    return combine([part1, part2, part3])
+    return combine([part1, part2, part3], names=["weak agreement", "importance measures agree better",
+                                                 "permutation rarely matters"])
 
 
 def validity(record: dict) -> list:
@@ -258,6 +259,14 @@ def validity(record: dict) -> list:
     ft = record.get("fine_tuned_dev") if isinstance(record.get("fine_tuned_dev"), dict) else {}
     return above_trivial(record, task_of(record), str(ft.get("metric") or "accuracy"),
                          {"the explained model": ft.get("per_seed") or []}, 0)
+
+
+RESTATES_RECORDED_INTERVALS = True  # restate recomputes the hierarchical intervals from the per-example records
+
+
+def recomputed_from(record: dict) -> tuple[str, str]:
+    """How ``restate`` recomputed ``record``'s verdict (``rederive``'s ``recompute`` block)."""
+    return "recomputed", "every seed's per-example Kendall taus and permutation TVDs (examples)"
 
 
 def restate(record: dict, name: str = "attention-explanation") -> Verdict | None:

@@ -3,6 +3,7 @@ them into a command's config through the one validating builder, running fine-tu
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import json
@@ -16,6 +17,8 @@ from ptmlab.report.table import print_table
 from ptmlab.train.args import DataArgs, ModelArgs, TrainArgs
 
 BUDGETS = ("small", "default", "full", "gpu")
+# set by ``prereg.study_options``: parse_study_args hands back the resolved options instead of running the study
+PARSE_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("ptmlab_study_parse_only", default=False)
 # what ``--budget small`` sets for a study that fine-tunes (each study adds its own knobs)
 SMALL_FINETUNE = dict(model="tiny", max_train=64, max_eval=32, max_length=32, epochs=1.0, batch_size=16,
                       eval_batch_size=64)
@@ -94,7 +97,16 @@ def parse_study_args(name: str, cls, argv: list[str], description: str = "", sma
     values.update(given)
     if "task" in known and not values.get("task", _default(cls, "task")):  # a study's own default task stands
         values["task"] = default_task()
-    return build_config(cls, values, source=f"config '{args.config}'" if args.config else "options")
+    cfg = build_config(cls, values, source=f"config '{args.config}'" if args.config else "options")
+    from ptmlab.studies import prereg
+
+    if PARSE_ONLY.get():
+        raise prereg.ParsedOnly(cfg)
+    try:  # the run starts here: what it records about its preregistration (prereg.run_record)
+        prereg.note_start(name, cfg)
+    except Exception as e:  # noqa: BLE001 -- never stop a study for its bookkeeping; the result says why
+        prereg._STARTED[name] = {"study": name, "error": f"{type(e).__name__}: {e}"}
+    return cfg
 
 
 def _default(cls, name: str):
@@ -370,9 +382,21 @@ def write_study(out: Path, title: str, rows: list[dict], verdict, figures=(), ex
     if claim is not None:
         record["claim"] = claim.to_dict()
     record["run"] = run_metadata(budget, seeds)
+    if claim is not None:
+        from ptmlab.studies import prereg
+
+        record["preregistration"] = prereg.run_record(prereg.started(claim.study))
     if isinstance(verdict, Verdict):  # a string (no rule) stays an unrated sentence
         verdict = judge(verdict, record, validity, claim)
         record.update(verdict.to_dict())
+        if claim is not None:  # whether the records it keeps give its verdict again (rederive's recompute block)
+            from ptmlab.studies.rederive import module_of, restated
+
+            try:
+                record["recompute"] = restated(module_of(claim.study), claim.study, record)[1]
+            except Exception as e:  # noqa: BLE001 -- the run's own verdict stands; the record says why
+                record["recompute"] = {"status": "as recorded", "from": f"its records could not be read again "
+                                                                        f"({type(e).__name__}: {e})"}
     text = verdict.text() if isinstance(verdict, Verdict) else str(verdict)
     record["verdict"] = text
     record = portable(record, out)

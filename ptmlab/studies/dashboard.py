@@ -57,6 +57,27 @@ class Entry:
     paper_effect: float | None = None
     parts: list = field(default_factory=list)         # a claim of several parts: [{outcome, reason, estimate, ...}]
     paper_part: int | None = None                     # the part the paper's effect is about (Claim.paper_part)
+    preregistration: dict = field(default_factory=dict)  # {status: confirmatory | exploratory, why, ...}
+    recompute: dict = field(default_factory=dict)        # {status, from}: how rederive recomputed the verdict
+    thresholds: list = field(default_factory=list)       # the rule's line(s) in the estimate's unit
+
+    def status(self) -> str:
+        """``confirmatory`` or ``exploratory`` (a result without the check: exploratory), "" without results."""
+        if self.study_dir is None or self.outcome in (UNRATED, FAILED, NOT_RUN):
+            return ""  # no rule to have preregistered
+        return str(self.preregistration.get("status") or "exploratory")
+
+    def status_text(self) -> str:
+        """"confirmatory" or "exploratory (why)"."""
+        st = self.status()
+        why = self.preregistration.get("why")
+        return f"{st} ({why})" if st == "exploratory" and why else st
+
+    def part_outcomes(self) -> str:
+        """"Q10: supported; Q11: inconclusive" for a claim of named parts, "" otherwise."""
+        named = [p for p in self.parts if p.get("part")]
+        return "; ".join(f"{p['part']}: {p.get('outcome')}" for p in named) if len(named) == len(self.parts) \
+            and len(named) > 1 else ""
 
     def unmet(self) -> list[dict]:
         return [c for c in self.validity if isinstance(c, dict) and not c.get("met")]
@@ -70,6 +91,10 @@ class Entry:
             first = Condition.from_dict(self.unmet()[0]).text()
             more = len(self.unmet()) - 1
             return first + (f" (+{more} more unmet)" if more else "")
+        parts = self.part_outcomes()
+        if parts:
+            return f"by part: {parts}" + (f"; {self.power_text()}" if self.outcome == "inconclusive"
+                                           and self.power_text() else "")
         if self.outcome == "inconclusive":
             return self.power_text() or _first_sentence(self.verdict, 120)
         return _first_sentence(self.verdict, 160)
@@ -212,6 +237,8 @@ def load_entries(results_dir: Path, studies: Registry | None = None) -> list[Ent
                              paper_effect=float(paper) if isinstance(paper, int | float) else None,
                              parts=[p for p in res.get("parts") or [] if isinstance(p, dict)],
                              paper_part=claim.get("paper_part") if isinstance(claim.get("paper_part"), int) else None,
+                             preregistration=_dict(res.get("preregistration")), recompute=_dict(res.get("recompute")),
+                             thresholds=[x for x in res.get("thresholds") or [] if isinstance(x, int | float)],
                              budget=str(run.get("budget") or suite.get("budget") or "") + _own_options(run),
                              seeds=list(run.get("seeds") or []), title=str(res.get("title") or ""),
                              plots=sorted((results_dir / name / "plots").glob("*.png")),
@@ -231,6 +258,9 @@ div.part{font-variant-numeric:tabular-nums;margin-bottom:.3em}
 .badge{display:inline-block;color:#fff;border-radius:10px;padding:1px 8px;font-weight:600;white-space:nowrap}
 .small{color:#57606a;font-size:.9em} img.thumb{height:90px;border:1px solid #d0d7de;margin:2px;background:#fff}
 .counts span{margin-right:1em} div.reason{margin-top:3px} table.validity td,table.validity th{padding:2px 4px}
+span.status{font-size:.85em;border:1px solid #57606a;border-radius:10px;padding:0 6px;white-space:nowrap}
+span.status.confirmatory{background:#ddf4ff;border-color:#0969da} span.status.exploratory{border-style:dashed}
+div.forest{margin:0 0 1.5em;overflow-x:auto} div.forest svg{max-width:100%;height:auto}
 """
 
 
@@ -278,9 +308,18 @@ def _row(e: Entry) -> str:
             f"<td><b>{esc(e.study)}</b><div class='small'>{esc(e.title)}</div></td>"
             f"<td>{esc(e.source) or '-'}</td><td>{esc(e.claim)}{rule}</td><td>{esc(e.paper) or '-'}</td>"
             f'<td class="ours">{ours}{spread}{power}</td>'
-            f"<td>{_badge(e.outcome)}<div class='reason'>{esc(e.headline())}</div>{_details(e)}</td>"
+            f"<td>{_badge(e.outcome)}{_status_tag(e)}<div class='reason'>{esc(e.headline())}</div>{_details(e)}</td>"
             f"<td>{esc(e.run_text()) if e.study_dir else '-'}</td><td>{''.join(thumbs) or '-'}</td>"
             f"<td>{' '.join(links) or '-'}</td></tr>")
+
+
+def _status_tag(e: Entry) -> str:
+    """"confirmatory" / "exploratory" beside the badge, with why in its title."""
+    st = e.status()
+    if not st:
+        return ""
+    why = html.escape(str(e.preregistration.get("why") or ""))
+    return f' <span class="status {st}" title="{why}">{st}</span>'
 
 
 def _details(e: Entry) -> str:
@@ -293,7 +332,11 @@ def _details(e: Entry) -> str:
                    f"<td>{'met' if c.get('met') else '<b>unmet</b>'}</td></tr>" for c in e.validity)
     table = (f"<table class='validity'><tr><th>condition</th><th>value</th><th>needed</th><th></th></tr>{rows}"
              "</table>") if rows else ""
-    return f'<details class="small"><summary>details</summary><p>{esc(e.verdict)}</p>{table}</details>'
+    checks = "".join(f"<p>{esc(label)}: {esc(text)}</p>" for label, text in (
+        ("preregistration", e.status_text()),
+        ("recomputed from its records", " - ".join(str(e.recompute.get(k)) for k in ("status", "from", "rerun")
+                                                    if e.recompute.get(k)))) if text)
+    return f'<details class="small"><summary>details</summary><p>{esc(e.verdict)}</p>{checks}{table}</details>'
 
 
 def _cell(x) -> str:
@@ -315,7 +358,9 @@ def render_page(entries: list[Entry], source: str) -> str:
             f"<h1>ptmlab studies: claims and verdicts</h1><p class='meta'>{len(entries)} registered studies, "
             f"results from {html.escape(source)}, written {when}. How verdicts are decided: "
             "ptmlab/studies/verdict.py.</p>"
-            f"<p class='counts'>{summary}</p><table><thead><tr>{head}</tr></thead><tbody>\n{rows}\n</tbody></table>"
+            f"<p class='counts'>{summary}</p>"
+            f"<h2>Every claim at a glance</h2><div class='forest'>{forest_svg(entries)}</div>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>\n{rows}\n</tbody></table>"
             "</body></html>\n")
 
 
@@ -358,7 +403,9 @@ def markdown_table(entries: list[Entry], link_from: Path | None = None) -> str:
             rel = Path(os.path.relpath(e.study_dir / "results.json", link_from)).as_posix()
             name = f"[`{e.study}`]({rel})"
         ours = f"{e.ours()} ({e.spread()})" if e.ours() and e.spread() else e.ours() or "-"
-        verdict = f"**{e.outcome}**"
+        verdict = f"**{e.outcome}**" + (f" ({e.status()})" if e.status() else "")
+        if e.part_outcomes() and e.outcome not in ("cannot test", UNRATED, FAILED):
+            verdict += f"; by part: {e.part_outcomes()}"
         if e.outcome in (UNRATED, FAILED) and e.verdict:
             verdict += f": {_first_sentence(e.verdict)}"
         elif e.outcome == "cannot test":
@@ -370,15 +417,22 @@ def markdown_table(entries: list[Entry], link_from: Path | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def claims_section(entries: list[Entry], link_from: Path | None, results_label: str) -> str:
+def claims_section(entries: list[Entry], link_from: Path | None, results_label: str, forest: str = "") -> str:
     ran = sum(e.study_dir is not None for e in entries)
-    return (f"Generated by `python scripts/claims_table.py` from `{results_label}` ({ran} of {len(entries)} "
+    confirmed = sum(e.status() == "confirmatory" for e in entries)
+    picture = (f"![Forest plot: every claim's effect and 95% interval on its own scale, the rule's line dashed, the "
+               f"band the run could not resolve shaded, the paper's effect a diamond; filled and solid: "
+               f"confirmatory, hollow and dashed: exploratory]({forest})\n\n") if forest else ""
+    return (picture + f"Generated by `python scripts/claims_table.py` from `{results_label}` ({ran} of {len(entries)} "
             "registered studies have results); do not edit by hand. Four outcomes: supported, not supported, "
             "inconclusive, and cannot test (a validity condition of the study is unmet on the run's own numbers, so "
             "its comparison says nothing about the claim). \"could detect\": the smallest effect the run would have "
             "found at its noise; \"underpowered\": an inconclusive run that could not have found the paper's effect. "
             "Rules and conditions: [docs/studies.md](docs/studies.md). \"+ own options\": the run changed what the "
-            "budget measures (another grid, task or data); its command is in its results.json.\n\n"
+            "budget measures (another grid, task or data); its command is in its results.json. \"confirmatory\": "
+            "the run's design, rule and data were preregistered in a commit before it started "
+            f"(`ptmlab study preregister`); \"exploratory\": anything else ({confirmed} of {ran} results are "
+            "confirmatory).\n\n"
             + markdown_table(entries, link_from))
 
 
@@ -391,15 +445,157 @@ def replace_section(text: str, section: str) -> str:
 
 
 def update_readme(readme: Path, results_dir: Path, studies: Registry | None = None, write: bool = True) -> bool:
-    """Regenerate the Claims section of ``readme`` from ``results_dir``; True when it changed (written only
-    with ``write``, so ``write=False`` checks that the README is up to date)."""
+    """Regenerate the Claims section of ``readme`` from ``results_dir``, and the forest plot it opens with
+    (``results_dir/forest.svg``); True when either changed (written only with ``write``, so ``write=False`` checks
+    that both are up to date)."""
     readme, results_dir = Path(readme), Path(results_dir)
     if not readme.is_file():
         raise PtmlabError(f"README '{readme}' not found: give the path of the README with the claims markers")
     entries = load_entries(results_dir, studies)
     label = os.path.relpath(results_dir, readme.parent)
+    svg_path = results_dir / FOREST_FILE
+    svg = forest_svg(entries)
     old = readme.read_text(encoding="utf-8")
-    new = replace_section(old, claims_section(entries, readme.parent, Path(label).as_posix() + "/"))
+    new = replace_section(old, claims_section(entries, readme.parent, Path(label).as_posix() + "/",
+                                              Path(label, FOREST_FILE).as_posix()))
+    svg_old = svg_path.read_text(encoding="utf-8") if svg_path.is_file() else None
     if write and new != old:
         atomic_write_text(readme, new)
-    return new != old
+    if write and svg != svg_old:
+        atomic_write_text(svg_path, svg)
+    return new != old or svg != svg_old
+
+
+# ------------------------------------------------------------------------------------------------ the forest plot
+FOREST_FILE = "forest.svg"
+_W, _LABEL, _PLOT, _ROW = 1160, 330, 400, 34
+
+
+def forest_rows(entries: list[Entry]) -> list[dict]:
+    """One row per claim, or per part of a claim of parts: its label, estimate (or none), the rule's line(s), what
+    the run could detect, the paper's effect where it belongs to that row, its outcome and its status."""
+    rows = []
+    for e in entries:
+        if e.study_dir is None:
+            rows.append({"study": e.study, "part": "", "outcome": e.outcome, "estimate": None, "note": e.outcome})
+            continue
+        overall = e.outcome
+        parts = e.parts or [{"part": "", "outcome": e.outcome, "estimate": e.estimate, "thresholds": e.thresholds,
+                             "detectable_effect": e.detectable_effect}]
+        for i, p in enumerate(parts):
+            own = p.get("outcome") if overall not in ("cannot test",) else "cannot test"
+            est = p.get("estimate") if isinstance(p.get("estimate"), dict) else None
+            if len(parts) == 1 and est is None:
+                est = e.estimate
+            paper = e.paper_effect if (len(parts) == 1 or i == (e.paper_part if e.paper_part is not None else -1)) \
+                else None
+            thresholds = [float(x) for x in p.get("thresholds") or (e.thresholds if len(parts) == 1 else [])
+                          if isinstance(x, int | float)]
+            det = p.get("detectable_effect")
+            label = str(p.get("part") or (est or {}).get("metric") or "") if len(parts) > 1 else ""
+            rows.append({"study": e.study, "part": label, "outcome": own or overall,
+                         "estimate": est, "thresholds": thresholds, "paper": paper,
+                         "detectable": float(det) if isinstance(det, int | float) else None,
+                         "status": e.status(), "note": "" if est else "no single interval: decided from counts"
+                         + (f" (could detect ±{_num(float(det))})" if isinstance(det, int | float) else "")
+                         + ("" if isinstance(det, int | float) else " or the sweep's analysis")})
+    return rows
+
+
+def _finite(x) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
+
+
+def forest_svg(entries: list[Entry]) -> str:
+    """Every claim's effect and interval on its own scale (one row per claim or part), as standalone SVG: the rule's
+    line dashed, the band of effects the run could not tell from that line (its detectable effect) shaded, the
+    paper's effect a diamond, the interval coloured by outcome, solid and filled when the result is confirmatory,
+    dashed and hollow when exploratory."""
+    esc = html.escape
+    rows = forest_rows(entries)
+    top = 70
+    height = top + _ROW * len(rows) + 16
+    x0, x1 = _LABEL + 10, _LABEL + 10 + _PLOT
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}" viewBox="0 0 {_W} {height}" '
+           'font-family="system-ui,Segoe UI,Helvetica,Arial,sans-serif" font-size="12" role="img" '
+           'aria-label="Forest plot: every claim\'s effect and 95% interval on its own scale">',
+           f'<rect width="{_W}" height="{height}" fill="#ffffff"/>',
+           '<text x="8" y="18" font-size="14" font-weight="600">Every claim: effect and 95% interval, each on its '
+           'own scale</text>']
+    lx = 8
+    for outcome in ("supported", "not supported", "inconclusive", "cannot test"):
+        out.append(f'<circle cx="{lx + 6}" cy="38" r="5" fill="{COLOURS[outcome]}"/>'
+                   f'<text x="{lx + 15}" y="42">{outcome}</text>')
+        lx += 15 + 8 * len(outcome) + 18
+    out.append(f'<circle cx="{lx + 6}" cy="38" r="5" fill="#57606a"/><text x="{lx + 15}" y="42">confirmatory</text>')
+    lx += 110
+    out.append(f'<circle cx="{lx + 6}" cy="38" r="5" fill="#ffffff" stroke="#57606a" stroke-width="2"/>'
+               f'<line x1="{lx + 14}" y1="38" x2="{lx + 34}" y2="38" stroke="#57606a" stroke-width="2" '
+               f'stroke-dasharray="4 3"/><text x="{lx + 40}" y="42">exploratory</text>')
+    lx += 130
+    out.append(f'<rect x="{lx}" y="31" width="24" height="14" fill="#8c959f" fill-opacity="0.3"/>'
+               f'<text x="{lx + 30}" y="42">could not detect</text>')
+    lx += 140
+    out.append(f'<line x1="{lx}" y1="30" x2="{lx}" y2="46" stroke="#1f2328" stroke-dasharray="3 2"/>'
+               f'<text x="{lx + 6}" y="42">rule\'s line</text>')
+    lx += 90
+    out.append(f'<path d="M{lx},38 l5,-5 l5,5 l-5,5 z" fill="none" stroke="#1f2328" stroke-width="1.5"/>'
+               f'<text x="{lx + 15}" y="42">paper</text>')
+    out.append(f'<line x1="0" y1="{top - 10}" x2="{_W}" y2="{top - 10}" stroke="#d0d7de"/>')
+    for k, r in enumerate(rows):
+        y = top + _ROW * k + _ROW / 2
+        colour = COLOURS.get(r["outcome"], COLOURS[UNRATED])
+        if k % 2:
+            out.append(f'<rect x="0" y="{y - _ROW / 2}" width="{_W}" height="{_ROW}" fill="#f6f8fa"/>')
+        room = max(8, 48 - len(r["study"]))  # the label column holds about 50 characters
+        part = r["part"] if len(r["part"]) <= room else r["part"][:room - 1].rstrip() + "…"
+        label = esc(r["study"]) + (f' <tspan fill="#57606a">· {esc(part)}</tspan>' if part else "")
+        out.append(f'<text x="8" y="{y + 4}" class="forest-row" data-study="{esc(r["study"])}"><tspan '
+                   f'font-weight="600">{label}</tspan></text>')
+        est = r.get("estimate")
+        if not est or not _finite(est.get("value")):
+            out.append(f'<text x="{x0}" y="{y + 4}" fill="#57606a">{esc(r.get("note") or "no estimate")}</text>'
+                       f'<text x="{x1 + 12}" y="{y + 4}" fill="{colour}" font-weight="600">{esc(r["outcome"])}</text>')
+            continue
+        value, low, high = float(est["value"]), est.get("low"), est.get("high")
+        det = r.get("detectable")
+        marks = [value] + [x for x in (low, high) if _finite(x)] + list(r["thresholds"])
+        marks += [t + s * det for t in r["thresholds"] for s in (-1, 1) if _finite(det)]
+        if _finite(r.get("paper")):
+            marks.append(float(r["paper"]))
+        lo, hi = min(marks), max(marks)
+        if hi - lo < 1e-12:
+            lo, hi = lo - 1, hi + 1
+        pad = 0.08 * (hi - lo)
+        lo, hi = lo - pad, hi + pad
+
+        def sx(v, lo=lo, hi=hi):
+            return x0 + (min(max(v, lo), hi) - lo) / (hi - lo) * _PLOT
+
+        out.append(f'<line x1="{x0}" y1="{y}" x2="{x1}" y2="{y}" stroke="#d0d7de"/>')
+        for t in r["thresholds"]:
+            if _finite(det):
+                a, b = sx(t - det), sx(t + det)
+                out.append(f'<rect x="{a:.1f}" y="{y - 11}" width="{b - a:.1f}" height="22" fill="#8c959f" '
+                           'fill-opacity="0.3"/>')
+            out.append(f'<line x1="{sx(t):.1f}" y1="{y - 12}" x2="{sx(t):.1f}" y2="{y + 12}" stroke="#1f2328" '
+                       'stroke-dasharray="3 2"/>')
+        if _finite(r.get("paper")):
+            px = sx(float(r["paper"]))
+            out.append(f'<path d="M{px - 5:.1f},{y} l5,-5 l5,5 l-5,5 z" fill="none" stroke="#1f2328" '
+                       'stroke-width="1.5"/>')
+        dash = "" if r["status"] == "confirmatory" else ' stroke-dasharray="5 3"'
+        a = sx(low) if _finite(low) else x0
+        b = sx(high) if _finite(high) else x1
+        out.append(f'<line x1="{a:.1f}" y1="{y}" x2="{b:.1f}" y2="{y}" stroke="{colour}" stroke-width="3"{dash}/>')
+        fill = colour if r["status"] == "confirmatory" else "#ffffff"
+        out.append(f'<circle cx="{sx(value):.1f}" cy="{y}" r="5" fill="{fill}" stroke="{colour}" stroke-width="2"/>')
+        out.append(f'<text x="{x0}" y="{y + 15}" font-size="9" fill="#57606a">{_num(lo)}</text>'
+                   f'<text x="{x1}" y="{y + 15}" font-size="9" fill="#57606a" text-anchor="end">{_num(hi)}</text>')
+        ends = f"[{_num(low)}, {_num(high)}]" if _finite(low) and _finite(high) else "(no interval)"
+        if r["status"]:
+            ends += f" · {r['status']}"
+        out.append(f'<text x="{x1 + 12}" y="{y + 4}"><tspan fill="{colour}" font-weight="600">{esc(r["outcome"])}'
+                   f'</tspan> {esc(_num(value))} {esc(ends)}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"

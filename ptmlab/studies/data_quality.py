@@ -126,7 +126,7 @@ def decide(loss_diffs: list[float], task_diffs: list[float], what: str = "the la
         return Verdict(INCONCLUSIVE, f"every variant's fine-tuned metric is the same within each seed: downstream "
                                      f"does not separate the corpora ({task.metric} {task.text()}){beside}", task)
     v = decide_above(task, 0.0)
-    return Verdict(v.outcome, v.reason + beside, task, detectable_effect=v.detectable_effect)
+    return Verdict(v.outcome, v.reason + beside, task, detectable_effect=v.detectable_effect, thresholds=v.thresholds)
 
 
 def validity(record: dict) -> list:

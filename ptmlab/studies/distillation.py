@@ -274,7 +274,8 @@ def run(argv: list[str]) -> int:
                        # TinyBERT-style methods add an intermediate stage to the task epochs; 'none' trains as long
                        "train_epochs": {"reference": _longest_epochs(a) if "none" in a.methods else a.epochs,
                                         "compared": _longest_epochs(a)},
-                       **({"general_text": general} if general else {})},
+                       **({"general_text": general} if general else {}),
+                       "evidence": _evidence({m: c for m, c in correct.items() if m not in BESIDE})},
                 claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
 
@@ -317,12 +318,27 @@ def validity(record: dict) -> list:
     return conds + above_trivial(record, task_of(record), metric, compared or {"none": []})
 
 
+def _evidence(correct: dict) -> dict | None:
+    """Each method's per-seed, per-example dev correctness as results.json keeps it (``evidence.pack_runs``)."""
+    from ptmlab.studies.evidence import pack_runs
+
+    if any(c is None for runs in correct.values() for c in runs):
+        return None
+    return {"correct": {m: pack_runs(runs) for m, runs in correct.items()}}
+
+
 def restate(record: dict, name: str = "distillation") -> Verdict:
-    """From a committed record without per-example numbers: the chosen method against the student alone, paired t
-    over the seeds' whole-dev scores (the choosing half included: a rerun gives the held-out seed-level interval).
-    None (the recorded verdict stands) without per-seed scores."""
+    """From the record's per-example records (``evidence``) when it carries them: the rule itself. From a committed
+    record without them: the chosen method against the student alone, paired t over the seeds' whole-dev scores
+    (the choosing half included: a rerun gives the held-out seed-level interval). None (the recorded verdict stands)
+    without per-seed scores."""
     from ptmlab.studies.common import rows_per_seed
+    from ptmlab.studies.evidence import evidence_of, unpack_runs
     from ptmlab.studies.verdict import paired_seeds
+
+    ev = evidence_of(record).get("correct")
+    if isinstance(ev, dict) and "none" in ev:
+        return decide({m: unpack_runs(v) for m, v in ev.items()})[0]
 
     per_seed = rows_per_seed(record.get("rows") or [], "method")
     chosen = record.get("chosen_method")

@@ -167,6 +167,18 @@ def decide(avg: dict[str, list[float]]) -> Verdict:
     return compare_rivals({CLAIMED: avg[CLAIMED], BASE: avg[BASE]}, CLAIMED, 0.0, "test accuracy")
 
 
+def restate(record: dict, name: str = "domain-adaptation") -> Verdict | None:
+    """The rule of ``CLAIM`` recomputed from the record's per-seed, per-domain scores (``per_seed``): each seed's
+    base and adapted accuracy averaged over the domains, then the paired t interval."""
+    runs = [r for r in record.get("per_seed") or [] if isinstance(r, dict)]
+    if not runs or not all(isinstance(r.get(k), int | float) for r in runs for k in (BASE, CLAIMED)):
+        return None
+    domains = list(dict.fromkeys(r["domain"] for r in runs))
+    seeds = list(dict.fromkeys(r["seed"] for r in runs))
+    avg = {v: [sum(r[v] for r in runs if r["seed"] == s) / len(domains) for s in seeds] for v in (BASE, CLAIMED)}
+    return decide(avg)
+
+
 def score(summary: dict) -> float:
     """Test accuracy when the split has labels, else the dev main metric."""
     test = summary.get("test_metrics") or {}

@@ -142,6 +142,10 @@ def _attack(a, store, out: Path, strategy: str, budget: int, serve_kw: dict | No
     return summary, key
 
 
+RERUN = ("the study does not yet keep each example's copy-victim agreement (evidence); a run that keeps it, over at "
+         "least 3 victim and copy seeds, would be recomputable")
+
+
 @STUDIES.register("extraction", help="Q17: can a served model be copied with random queries? and which defences help")
 def run(argv: list[str]) -> int:
     from ptmlab.serve import flag_keys, open_store, verify_watermark

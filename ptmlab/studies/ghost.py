@@ -45,6 +45,7 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import FULL_FINETUNE, SMALL_FINETUNE, parse_study_args, write_study
 from ptmlab.studies.compress_common import CompressStudyArgs
+from ptmlab.studies.evidence import pack_runs
 from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, combine, decide_above, hierarchical_bootstrap
 
 CLAIM = Claim(
@@ -173,7 +174,9 @@ def run(argv: list[str]) -> int:
                 extra={"metric": meas.spec.main_metric, "fine_tuned": ft, "heads": a.heads, "ffn": a.ffn,
                        "ghost_kernel": a.ghost_kernel, "equal_params_fraction": frac,
                        # every model had the first fine-tuning and one more (the reference's second, the recovery)
-                       "train_epochs": {"reference": 2 * a.epochs, "compared": 2 * a.epochs}},
+                       "train_epochs": {"reference": 2 * a.epochs, "compared": 2 * a.epochs},
+                       "evidence": None if any(c is None for runs in correct.values() for c in runs) else
+                       {"correct": {k: pack_runs(runs) for k, runs in correct.items()}}},
                 columns=cols, claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
 
@@ -206,8 +209,14 @@ def validity(record: dict) -> list:
 
 
 def restate(record: dict, name: str = "ghost") -> Verdict:
-    """A committed record whose intervals pooled the seeds' copies of each example: without per-seed scores no
-    seed-level interval can be computed from it."""
+    """From the record's per-example records (``evidence``) when it carries them: the rule itself. A committed
+    record whose intervals pooled the seeds' copies of each example: paired t intervals over its per-seed scores,
+    and without them no seed-level interval can be computed from it."""
+    from ptmlab.studies.evidence import evidence_of, unpack_runs
+
+    ev = evidence_of(record).get("correct")
+    if isinstance(ev, dict) and {"ghost", "pruned", "equal"} <= set(ev):
+        return decide({k: unpack_runs(v) for k, v in ev.items()})
     rows = record.get("rows") or []
     if all(isinstance(r.get("per_seed"), list) for r in rows if str(r.get("variant", "")).startswith("(")):
         from ptmlab.studies.verdict import paired_seeds

@@ -19,24 +19,27 @@ variants are compared is fixed by --variants; nothing else is chosen.
 Verdict rule (fixed before any number is seen; ``q10_verdict``, ``q11_verdict`` and ``decide`` implement it): the
 claim is supported when both parts are, not supported when either part is not, inconclusive otherwise.
 In short (the words of ``CLAIM.rule``): Q10: the full-attention (sdpa) latency exponent over the top quarter of the
-lengths; supported when >= 1.5, not supported when <= 1.2 with the longest length at least 2 x 6 x hidden tokens,
-else inconclusive. Q11: the window-attention exponent and two comparisons of dev accuracy, window minus truncation
-and window minus chunk-and-pool, each with a 95% hierarchical bootstrap interval (seeds, then dev documents, so that
-the sampling noise of a few dozen documents is in it; a paired t interval over seeds where per-document results are
-missing); supported when the exponent is <= 1.3 and both intervals lie above 0, not supported when the exponent is >
-1.5 or either interval lies below 0, else inconclusive (one seed included). The claim is supported when both parts
-are, not supported when either is not, inconclusive otherwise.
+lengths, one exponent per timing pass (--reps, each pass kept) with a t interval over the passes; supported when the
+interval's lower end is at least 1.5, not supported when its upper end is below 1.5 with the longest length at least
+2 x 6 x hidden tokens, else inconclusive (one timing per length included). Q11: the window-attention exponent and
+two comparisons of dev accuracy, window minus truncation and window minus chunk-and-pool, each with a 95%
+hierarchical bootstrap interval (seeds, then dev documents, so that the sampling noise of a few dozen documents is in
+it; a paired t interval over seeds where per-document results are missing); supported when the exponent is <= 1.3
+and both intervals lie above 0, not supported when the exponent is > 1.5 or either interval lies below 0, else
+inconclusive (one seed included). The claim is supported when both parts are, not supported when either is not,
+inconclusive otherwise; each part is shown with its own outcome.
 
 Q10, full attention is quadratic. Batch-1 forward latency of a MiniLM-shaped encoder (6 layers, hidden 384, random
 weights) with full attention (PyTorch's fused ``sdpa``; ``eager``, which stores the n x n scores, is reported beside
-it where they fit in --eager-max-gb) is measured at every --lengths (best of --reps passes, which removes most timing
-noise; the band between the thresholds absorbs the rest). The exponent is the log-log slope over the top quarter of
-the range (max/4 .. max). Attention's multiply-adds per token (2 n hidden) pass those of the projections and
-feed-forward (12 hidden^2) at n* = 6 x hidden = 2,304 tokens, so the n^2 term can only dominate beyond n*.
-- supported: the sdpa exponent is >= 1.5;
-- not supported: the longest length is >= 2 n* and the exponent is <= 1.2 (cost stays linear where attention's
-  share of the work dominates);
-- inconclusive: anything else (for instance lengths that stop before the n^2 term dominates).
+it where they fit in --eager-max-gb) is measured at every --lengths, each of --reps passes timed and kept
+(``latency_reps``; ``latency_s`` is the best). The exponent is the log-log slope over the top quarter of the range
+(max/4 .. max), once per pass, and its interval is a t interval over the passes: the timing noise is in it. Attention's
+multiply-adds per token (2 n hidden) pass those of the projections and feed-forward (12 hidden^2) at n* = 6 x hidden
+= 2,304 tokens, so the n^2 term can only dominate beyond n*.
+- supported: the interval's lower end is >= 1.5;
+- not supported: the longest length is >= 2 n* and the interval's upper end is below 1.5 (cost stays below
+  quadratic where attention's share of the work dominates);
+- inconclusive: anything else (lengths that stop before the n^2 term dominates, or one timing per length).
 
 Q11, window attention is the linear-cost answer. Cost: the window implementation's exponent over the same range.
 Accuracy: on --task (``longdocs``: which of 13 books a 2,000-4,000-token passage comes from) the same model is
@@ -74,6 +77,7 @@ runs sharing a machine would distort.
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from dataclasses import dataclass
@@ -88,6 +92,7 @@ from ptmlab.studies.verdict import (
     NOT_SUPPORTED,
     SUPPORTED,
     Claim,
+    Estimate,
     Verdict,
     combine,
     detectable_effect,
@@ -102,15 +107,17 @@ CLAIM = Claim(
     source="Q10, Q11; Vaswani et al., NeurIPS 2017 (Table 1: O(n^2 d) per layer); Beltagy et al., Longformer, 2020",
     paper="Longformer-base vs RoBERTa-base truncated to 512: Hyperpartisan 94.8 vs 87.4 F1, IMDB 95.7 vs 95.3 "
           "accuracy (Table 7)",
-    rule="Q10: the full-attention (sdpa) latency exponent over the top quarter of the lengths; supported when >= "
-         "1.5, not supported when <= 1.2 with the longest length at least 2 x 6 x hidden tokens, else inconclusive. "
+    rule="Q10: the full-attention (sdpa) latency exponent over the top quarter of the lengths, one exponent per "
+         "timing pass (--reps, each pass kept) with a t interval over the passes; supported when the interval's "
+         "lower end is at least 1.5, not supported when its upper end is below 1.5 with the longest length at least "
+         "2 x 6 x hidden tokens, else inconclusive (one timing per length included). "
          "Q11: the window-attention exponent and two comparisons of dev accuracy, window minus truncation and "
          "window minus chunk-and-pool, each with a 95% hierarchical bootstrap interval (seeds, then dev documents, "
          "so that the sampling noise of a few dozen documents is in it; a paired t interval over seeds where "
          "per-document results are missing); supported when the exponent is <= 1.3 and both intervals lie above 0, "
          "not supported when the exponent is > 1.5 or either interval lies below 0, else inconclusive (one seed "
          "included). The claim is supported when both parts are, not supported when either is not, inconclusive "
-         "otherwise.",
+         "otherwise; each part is shown with its own outcome.",
     conditions=(
         "Q11: every compared variant above the task's majority-class accuracy by a t interval over seeds",
     ),
@@ -118,6 +125,9 @@ CLAIM = Claim(
     # 512 tokens); read as accuracy points, the unit of Q11's window-minus-truncate estimate
     paper_effect=0.074,
     paper_part=1,
+    metric="Q10: latency exponent of full attention; Q11: dev accuracy, window minus truncate (and minus chunk)",
+    margin=1.5,
+    parts=("Q10", "Q11"),
 )
 
 VARIANTS = ("truncate", "chunk", "window", "recurrence")
@@ -204,19 +214,55 @@ def _ints(values: list[str], name: str) -> list[int]:
 
 
 # ----------------------------------------------------------------------------------------------- verdict rules
-def q10_verdict(exponent: float | None, longest: int, hidden: int = COST_HIDDEN) -> Verdict:
-    """Q10 from the full-attention latency exponent over the top of the range."""
+def q10_verdict(exponent: float | None, longest: int, hidden: int = COST_HIDDEN,
+                interval: Estimate | None = None) -> Verdict:
+    """Q10 from the full-attention latency exponent over the top of the range, with its interval over the repeated
+    timings (``exponent_interval``): supported when the interval's lower end is at least 1.5, not supported when
+    its upper end is below 1.5 with the longest length past twice the crossover (where attention's n^2 work
+    dominates), inconclusive otherwise. Without repeated timings (one timing per length) nothing measures the
+    timing noise: inconclusive, the point exponent reported."""
     crossover = 6 * hidden
     if exponent is None:
-        return Verdict(INCONCLUSIVE, "Q10: fewer than two full-attention lengths were measured")
-    said = f"Q10: full attention's latency grows as n^{exponent:.2f} up to {longest:,} tokens"
-    if exponent >= 1.5:
-        return Verdict(SUPPORTED, f"{said} (>= 1.5: the quadratic term dominates)")
-    if longest >= 2 * crossover and exponent <= 1.2:
-        return Verdict(NOT_SUPPORTED, f"{said}, near-linear although attention does most of the work beyond "
-                                      f"{crossover:,} tokens")
-    return Verdict(INCONCLUSIVE, f"{said}; attention's n^2 work passes the linear layers' only beyond ~{crossover:,} "
-                                 f"tokens (measure up to {2 * crossover:,}+ to decide)")
+        return Verdict(INCONCLUSIVE, "fewer than two full-attention lengths were measured")
+    said = f"full attention's latency grows as n^{exponent:.2f} up to {longest:,} tokens"
+    if interval is None or not (math.isfinite(interval.low) and math.isfinite(interval.high)):
+        return Verdict(INCONCLUSIVE, f"{said}, from one timing per length: no interval over repeated timings "
+                                     f"(the rule needs --reps 2 or more, each pass's timings kept)", interval)
+    det = detectable_effect(interval)
+    said = f"full attention's latency exponent {interval.text(2)} up to {longest:,} tokens" + (
+        "" if det is None else f"; could detect ±{det:.2f}")
+    if interval.low >= 1.5:
+        return Verdict(SUPPORTED, f"{said} (at least 1.5: the quadratic term dominates)", interval,
+                       detectable_effect=det, thresholds=(1.5,))
+    if longest >= 2 * crossover and interval.high < 1.5:
+        return Verdict(NOT_SUPPORTED, f"{said}, below 1.5 although attention does most of the work beyond "
+                                      f"{crossover:,} tokens", interval, detectable_effect=det, thresholds=(1.5,))
+    return Verdict(INCONCLUSIVE, f"{said}; not resolved against 1.5" + (
+        "" if longest >= 2 * crossover else f" (attention's n^2 work passes the linear layers' only beyond "
+                                            f"~{crossover:,} tokens: measure up to {2 * crossover:,}+ to decide)"),
+                   interval, detectable_effect=det, thresholds=(1.5,))
+
+
+def exponent_interval(rows: list[dict], impl: str) -> Estimate | None:
+    """``impl``'s latency exponent over the top quarter of the lengths with a t interval over the repeated timing
+    passes: one exponent per pass (``latency_reps[i]`` of every length), the mean with its t interval. None when
+    the rows keep one timing per length."""
+    from ptmlab.longseq.cost import growth_exponent
+    from ptmlab.studies.verdict import mean_interval
+
+    mine = sorted((r for r in rows if r.get("impl") == impl and r.get("latency_s") is not None),
+                  key=lambda r: r["length"])
+    reps = [r.get("latency_reps") for r in mine]
+    if not mine or not all(isinstance(x, list) and len(x) >= 2 for x in reps) or len({len(x) for x in reps}) != 1:
+        return None
+    hi = max(r["length"] for r in rows)
+    lengths = [r["length"] for r in mine]
+    per_pass = [growth_exponent(lengths, [x[i] for x in reps], lo=hi // 4, hi=hi) for i in range(len(reps[0]))]
+    if any(e is None for e in per_pass):
+        return None
+    est = mean_interval(per_pass, f"{impl} latency exponent over {lengths[0]}-{hi} tokens")
+    return Estimate(est.metric, est.value, est.low, est.high, est.n,
+                    f"t over {est.n} repeated timing passes ({est.confidence:.0%})", est.df, est.confidence)
 
 
 def _difference(acc: dict[str, list[float]], correct: dict | None, a: str, b: str, name: str):
@@ -236,11 +282,11 @@ def q11_verdict(window_exponent: float | None, acc: dict[str, list[float]],
     """Q11 from window attention's exponent and per-seed dev accuracies per variant (one seed order); ``correct``:
     per variant, per seed, per dev document 1/0 correctness (the hierarchical bootstrap's input), where recorded."""
     if not acc.get("window") or not acc.get("truncate"):
-        return Verdict(INCONCLUSIVE, "Q11: needs both the window and the truncate variants")
+        return Verdict(INCONCLUSIVE, "needs both the window and the truncate variants")
     est = _difference(acc, correct, "window", "truncate", "dev accuracy: window minus truncate")
     ests = [est]
     exp = "unmeasured" if window_exponent is None else f"n^{window_exponent:.2f}"
-    said = (f"Q11: window attention costs {exp} and reaches {statistics.mean(acc['window']):.4f} accuracy vs "
+    said = (f"window attention costs {exp} and reaches {statistics.mean(acc['window']):.4f} accuracy vs "
             f"{statistics.mean(acc['truncate']):.4f} truncated, difference {est.text()}")
     if acc.get("chunk"):
         c = _difference(acc, correct, "window", "chunk", "dev accuracy: window minus chunk-and-pool")
@@ -258,15 +304,19 @@ def q11_verdict(window_exponent: float | None, acc: dict[str, list[float]],
         outcome = INCONCLUSIVE
     if acc.get("recurrence"):
         said += f"; segment recurrence reaches {statistics.mean(acc['recurrence']):.4f}"
-    return Verdict(outcome, said, est, detectable_effect=detectable_effect(est))
+    return Verdict(outcome, said, est, detectable_effect=detectable_effect(est), thresholds=(0.0,))
 
 
 def decide(sdpa_exponent: float | None, longest: int, window_exponent: float | None,
-           acc: dict[str, list[float]], hidden: int = COST_HIDDEN, correct: dict | None = None) -> Verdict:
-    """The rule of ``CLAIM``: both parts, combined; the estimate is Q11's accuracy difference."""
-    q10, q11 = q10_verdict(sdpa_exponent, longest, hidden), q11_verdict(window_exponent, acc, correct)
-    joined = combine([q10, q11])
-    return Verdict(joined.outcome, joined.reason, q11.estimate, parts=joined.parts)
+           acc: dict[str, list[float]], hidden: int = COST_HIDDEN, correct: dict | None = None,
+           sdpa_interval: Estimate | None = None) -> Verdict:
+    """The rule of ``CLAIM``: both parts, each decided and shown (``combine``); the estimate is Q11's accuracy
+    difference. ``sdpa_interval``: Q10's exponent with its interval over repeated timings."""
+    q10 = q10_verdict(sdpa_exponent, longest, hidden, sdpa_interval)
+    q11 = q11_verdict(window_exponent, acc, correct)
+    joined = combine([q10, q11], names=["Q10", "Q11"])
+    return Verdict(joined.outcome, joined.reason, q11.estimate, detectable_effect=joined.detectable_effect,
+                   parts=joined.parts)
 
 
 # ------------------------------------------------------------------------------------------------- measuring
@@ -283,8 +333,10 @@ def measure_costs(lengths: list[int], window: int, reps: int, eager_max_gb: floa
     for phase in ("latency", "memory"):  # memory last: measuring it slows the allocator (ptmlab.longseq.cost)
         for r in progress(cells, desc=f"cost ({phase})"):
             model.set_attn_implementation(IMPLS[r["impl"]])
-            if phase == "latency":
-                r["latency_s"] = measure_forward(model, r["length"], "cpu", reps=reps)
+            if phase == "latency":  # each pass timed and kept: Q10's exponent gets an interval over the passes
+                r["latency_reps"] = [measure_forward(model, r["length"], "cpu", reps=1, warmup=i == 0)
+                                     for i in range(reps)]
+                r["latency_s"] = min(r["latency_reps"])
             else:
                 r["peak_mb"] = measure_peak_memory(model, r["length"], "cpu")
     return rows
@@ -444,7 +496,8 @@ def run(argv: list[str]) -> int:
     longest = max(a.length_list)
     exp = {impl: top_exponent(cost_rows, impl) for impl in IMPLS}
     mem = {impl: top_exponent(cost_rows, impl, "peak_mb") for impl in IMPLS}
-    verdict = decide(exp["sdpa"], longest, exp["window"], acc, correct=correct)
+    verdict = decide(exp["sdpa"], longest, exp["window"], acc, correct=correct,
+                     sdpa_interval=exponent_interval(cost_rows, "sdpa"))
     exp_rows = [{"part": "Q10", "variant": f"{impl} attention", "max_tokens": longest,
                  "latency_exponent": exp[impl], "memory_exponent": mem[impl],
                  "latency_s_longest": next((r["latency_s"] for r in cost_rows
@@ -468,6 +521,18 @@ def run(argv: list[str]) -> int:
     return 0
 
 
+RESTATES_RECORDED_INTERVALS = True  # restate recomputes the hierarchical intervals from seed_correct
+
+
+def recomputed_from(record: dict) -> tuple[str, str]:
+    """How ``restate`` recomputed ``record``'s verdict (``rederive``'s ``recompute`` block)."""
+    timings = all(isinstance(r.get("latency_reps"), list) for r in record.get("cost_rows") or [] if r.get("latency_s"))
+    q10 = "every timing pass (latency_reps)" if timings else "one timing per length (no interval over passes)"
+    if isinstance(record.get("seed_correct"), dict):
+        return "recomputed", f"every seed's per-document correctness (seed_correct); Q10 from {q10}"
+    return "partly recomputed", f"per-seed accuracies (seed_accuracy); Q10 from {q10}"
+
+
 def restate(record: dict, name: str = "long-attention") -> Verdict | None:
     """The rule of ``CLAIM`` on a record's own numbers: both exponents from its cost rows, Q11 from its per-seed
     accuracies (and per-document correctness where recorded), so a record made under an older rule is judged by
@@ -478,7 +543,7 @@ def restate(record: dict, name: str = "long-attention") -> Verdict | None:
         return None
     correct = record.get("seed_correct") if isinstance(record.get("seed_correct"), dict) else None
     return decide(top_exponent(cost, "sdpa"), max(int(r["length"]) for r in cost), top_exponent(cost, "window"),
-                  acc, correct=correct)
+                  acc, correct=correct, sdpa_interval=exponent_interval(cost, "sdpa"))
 
 
 def validity(record: dict) -> list:

@@ -257,7 +257,8 @@ def run(argv: list[str]) -> int:
     avg = method_scores(rows)
     v = decide(avg)
     if lodo:
-        v = Verdict(v.outcome, f"{v.reason}. {lodo_text(lodo)}", v.estimate)
+        v = Verdict(v.outcome, f"{v.reason}. {lodo_text(lodo)}", v.estimate, detectable_effect=v.detectable_effect,
+                    parts=v.parts)
     figs = []
     methods = [m for m in PART_METHODS.values() if rows and m in rows[0]]
     if methods:
@@ -313,9 +314,17 @@ def decide(avg: dict[str, list[float]] | None) -> Verdict:
         return Verdict(INCONCLUSIVE, "parts a, b and c are needed for the verdict on the claim")
     parts = [decide_above(paired_seeds(avg["meta_kd"], avg[m], f"test accuracy: Meta-KD minus {name}"))
              for m, name in (("single_kd", "single-domain KD"), ("pooled_kd", "pooled KD"))]
-    joined = combine(parts)
+    joined = combine(parts, names=["against single-domain KD", "against pooled KD"])
     weaker = min(parts, key=lambda v: (v.estimate.high if joined.outcome == "not supported" else v.estimate.low))
-    return Verdict(joined.outcome, joined.reason, weaker.estimate)
+    return Verdict(joined.outcome, joined.reason, weaker.estimate, detectable_effect=joined.detectable_effect,
+                   parts=joined.parts)
+
+
+def restate(record: dict, name: str = "meta-kd") -> Verdict | None:
+    """The rule of ``CLAIM`` recomputed from the record's per-seed, per-domain rows (each method's test accuracy
+    averaged over the domains, seed by seed: ``method_scores``)."""
+    rows = [r for r in record.get("rows") or [] if isinstance(r, dict) and "seed" in r and "domain" in r]
+    return decide(method_scores(rows)) if rows else None
 
 
 def lodo_text(lodo: list[dict]) -> str:

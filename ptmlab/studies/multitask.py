@@ -179,7 +179,17 @@ def decide(single: dict[str, list[float]], multi: dict[str, list[float]]) -> Ver
     mt = [float(np.mean([multi[t][k] for t in single])) for k in range(n)]
     est = paired_seeds(mt, st, "multi-task minus single-task, mean over the small tasks")
     v = decide_above(est, 0.0)
-    return Verdict(v.outcome, f"{v.reason} ({', '.join(single)}; {n} seed(s))", est)
+    return Verdict(v.outcome, f"{v.reason} ({', '.join(single)}; {n} seed(s))", est, thresholds=v.thresholds)
+
+
+def restate(record: dict, name: str = "multitask") -> Verdict | None:
+    """The rule of ``CLAIM`` recomputed from the record's per-seed scores of the small tasks (``per_seed``)."""
+    ps = record.get("per_seed") if isinstance(record.get("per_seed"), dict) else {}
+    small = [t for t in record.get("small_tasks") or []
+             if t in (ps.get("single") or {}) and t in (ps.get("multi") or {})]
+    if not small:
+        return None
+    return decide({t: ps["single"][t] for t in small}, {t: ps["multi"][t] for t in small})
 
 
 def _per_task_trivial(record: dict, systems: tuple[str, ...]) -> list:

@@ -121,6 +121,18 @@ def decide(scores: dict[str, list[float]], flop_gap: float) -> Verdict:
     return compare_rivals(scores, CLAIMED, 0.0, "dev score")
 
 
+def restate(record: dict, name: str = "objectives") -> Verdict | None:
+    """The rule of ``CLAIM`` recomputed from the record's per-run scores (``per_seed``: each objective and seed's
+    FLOPs and dev score per task)."""
+    from ptmlab.studies.pretrain_common import flop_spread, summary_rows
+
+    runs = [r for r in record.get("per_seed") or [] if isinstance(r, dict)]
+    tasks = list(record.get("tasks") or [])
+    if not runs or not tasks or not all(isinstance(r.get(t), int | float) for r in runs for t in tasks):
+        return None
+    return decide(summary_rows(runs, "objective", tasks)[1], flop_spread([r["flops"] for r in runs]))
+
+
 @STUDIES.register("objectives", help="Q2/Q6: pre-training objectives at equal FLOPs (mlm wwm span electra clm t5 "
                                      "bart), fine-tuned; is ELECTRA best?")
 def run(argv: list[str]) -> int:

@@ -12,6 +12,7 @@ inconclusive: it checks the machinery, not the claim.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +20,15 @@ from ptmlab.core.config import at_least, build_config, opt, positive
 from ptmlab.core.errors import PtmlabError
 from ptmlab.data.shared import CORPORA, CORPUS_HELP, more_text, shared_data_dir
 from ptmlab.studies.common import StudyArgs, finetune_run
-from ptmlab.studies.verdict import INCONCLUSIVE, NOT_SUPPORTED, Verdict, decide_above, paired_seeds, same_within_seeds
+from ptmlab.studies.verdict import (
+    INCONCLUSIVE,
+    NOT_SUPPORTED,
+    Verdict,
+    decide_above,
+    decide_noninferior,
+    paired_seeds,
+    same_within_seeds,
+)
 
 # with --budget small: tiny subsets and ONE seed so that a study runs in about a minute on two cores (tests, CI);
 # its verdict is then inconclusive by construction
@@ -206,16 +215,21 @@ def margin(a: list[float], b: list[float]) -> tuple[float, float]:
 def compare_rivals(scores: dict[str, list[float]], claimed: str, threshold: float = 0.0,
                    metric: str = "score") -> Verdict:
     """The claimed variant against every rival, paired by seed: each mean difference ``claimed - rival`` with its
-    t interval is decided by ``decide_above(est, threshold)`` (0: the claimed variant is better; ``-m``: it is no
-    worse than ``m`` below). Supported when every comparison is, not supported when any is not, else inconclusive;
-    the estimate shown is the deciding comparison (the one that refutes, else the least certain).
+    t interval is decided by ``decide_above(est, 0)`` when the claimed variant must be better, and by
+    ``decide_noninferior(est, -m)`` (one-sided 95% bounds) when it must be no worse than ``m`` below. Supported when
+    every comparison is, not supported when any is not, else inconclusive; the estimate shown is the deciding
+    comparison (the one that refutes, else the least certain).
 
     Every variant at the same score on every seed (every fine-tuned model predicting one class, as happens when a
     pre-training budget leaves the models untrained for the task) is inconclusive whatever the threshold: such a
     tie says the downstream cannot separate the variants, not that they are equal."""
     if claimed not in scores or len(scores) < 2:
         raise PtmlabError(f"the verdict needs '{claimed}' and at least one rival, got {sorted(scores)}")
-    parts = {k: decide_above(paired_seeds(scores[claimed], v, f"{metric}: {claimed} minus {k}"), threshold)
+    def rule(est):  # superiority: the two-sided interval above 0; non-inferiority: a one-sided bound above -m
+        return decide_above(est, threshold) if threshold >= 0 else decide_noninferior(est, threshold)
+
+    parts = {k: dataclasses.replace(rule(paired_seeds(scores[claimed], v, f"{metric}: {claimed} minus {k}")),
+                                    name=f"against {k}")
              for k, v in scores.items() if k != claimed}
     if len(scores[claimed]) > 1 and same_within_seeds(scores):
         seeds = ", ".join(f"{x:.4f}" for x in scores[claimed])
@@ -240,7 +254,8 @@ def combine_parts(parts: list[Verdict]) -> Verdict:
     refuting = [p for p in with_est if p.outcome == NOT_SUPPORTED]
     key = refuting or with_est
     pick = min(key, key=lambda p: p.estimate.high if refuting else p.estimate.low)
-    return Verdict(joined.outcome, joined.reason, pick.estimate)
+    return Verdict(joined.outcome, joined.reason, pick.estimate, detectable_effect=joined.detectable_effect,
+                   parts=joined.parts)
 
 
 def flop_spread(flops: list[float]) -> float:

@@ -121,7 +121,7 @@ def run(argv: list[str]) -> int:
         rows.append({"task": t, "metric": metric, "pretrained": float(np.mean(score["pretrained"])),
                      "random": float(np.mean(score["random"])), "margin": est.value,
                      "low": _finite(est.low), "high": _finite(est.high), "degenerate_tie": degenerate(score),
-                     "per_seed": {k: [round(x, 4) for x in v] for k, v in score.items()}})
+                     "per_seed": {k: list(v) for k, v in score.items()}})
     v = decide(margins)
     fig = bar_plot([f"{r['task']} {k}" for r in rows for k in ("pretrained", "random")],
                    [r[k] for r in rows for k in ("pretrained", "random")], "dev metric",
@@ -150,7 +150,15 @@ def decide(scores: dict[str, dict[str, list[float]]]) -> Verdict:
     v = decide_above(est, 0.0)
     ties = [t for t, s in scores.items() if degenerate(s)]
     note = f" ({', '.join(ties)}: both initialisations at the same score, uninformative)" if ties else ""
-    return Verdict(v.outcome, f"{v.reason} over {len(scores)} task(s){note}", est)
+    return Verdict(v.outcome, f"{v.reason} over {len(scores)} task(s){note}", est, thresholds=v.thresholds)
+
+
+def restate(record: dict, name: str = "random-init") -> Verdict | None:
+    """The rule of ``CLAIM`` recomputed from the record's per-seed scores (rows' ``per_seed``, per task and
+    initialisation)."""
+    scores = {str(r["task"]): r["per_seed"] for r in record.get("rows") or []
+              if isinstance(r.get("per_seed"), dict) and {"pretrained", "random"} <= set(r["per_seed"])}
+    return decide(scores) if scores else None
 
 
 def validity(record: dict) -> list:

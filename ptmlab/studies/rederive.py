@@ -5,21 +5,32 @@
 
 For each ``<study>/results.json`` the study's module gives, from the record alone:
 
-- ``restate(record) -> Verdict`` (optional): the rule's verdict recomputed from the record's numbers with the
-  statistics the design asks for (a seed-level interval from ``per_seed`` where seeds' copies of each example were
-  pooled, say); without it, or when the record's rule already rests on a hierarchical bootstrap (seeds, then
-  examples: what a run of the current design computes, on its held-out part, from per-example numbers a record
-  need not keep), the record's own rule verdict (``rule`` or ``outcome`` / ``reason`` / ``estimate``) stands;
+- ``restate(record) -> Verdict`` (optional): the rule's verdict recomputed from the record's numbers: its per-example
+  records (``evidence``, ``ptmlab.studies.evidence``) where it carries them, else its per-seed scores (or, for a rule
+  that counts units, each unit's recorded interval). A record whose rule rests on a hierarchical bootstrap (seeds,
+  then examples) but that carries no per-example records is not restated from per-seed scores (that would narrow
+  its interval and, where half of the dev set chose a variant, let that half in) unless the module says its
+  ``restate`` reads the record's own intervals (``RESTATES_RECORDED_INTERVALS``); its recorded rule verdict then
+  stands, and ``recompute`` says so;
 - ``validity(record) -> list[Condition]``: the study's validity conditions on the record's numbers (a number the
   record lacks is an unmet condition with value null);
 
 and ``common.judge`` turns them into the outcome, the validity block and the detectable effect, exactly as a new run
 does (``common.write_study``). The study's current ``Claim`` (with its conditions) replaces the recorded one, and
-absolute machine paths are made portable (``common.portable``). Running it twice changes nothing.
+absolute machine paths are made portable (``common.portable``). Each record gets:
+
+- ``recompute``: ``{"status", "from"}``: ``recomputed`` (interval, conditions and outcome from the records it
+  holds), ``partly recomputed`` (the outcome from recorded intervals a rerun would recompute) or ``as recorded``
+  (the run did not keep what its interval was computed from; ``rerun`` says what would);
+- ``preregistration``: the status checked again (``prereg.recheck``): a result is confirmatory only when its
+  preregistration was committed before its run and the rule that judges it now is the rule that ran.
+
+Running it twice changes nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -33,7 +44,9 @@ from ptmlab.studies.verdict import INCONCLUSIVE, OUTCOMES, Estimate, Verdict, de
 RESULTS = Path("studies/results")
 # what judge writes: dropped before a record is judged again
 _JUDGED = ("outcome", "reason", "estimate", "validity", "detectable_effect", "paper_effect", "rule", "verdict",
-           "parts")
+           "parts", "recompute", "preregistration")
+RECOMPUTED, PARTLY, AS_RECORDED = "recomputed", "partly recomputed", "as recorded"
+RERUN = "a rerun of the current code keeps the per-example records its interval is computed from (evidence)"
 
 
 def module_of(name: str, studies=None):
@@ -75,6 +88,15 @@ def estimates_in(text: str) -> list[Estimate]:
     return [_estimate(m) for m in _INTERVAL.finditer(text)]
 
 
+_LINE = re.compile(r"(?:is above|is below|includes|above|below) (-?\d+(?:\.\d+)?)(?:$|[;:)(,])")
+
+
+def thresholds_in(text: str) -> tuple[float, ...]:
+    """The line a ``decide_above`` reason names ("... is above 0.9", "... includes 0"): the first one it names."""
+    m = _LINE.search(text)
+    return (float(m.group(1)),) if m else ()
+
+
 _PART = re.compile(r"(?:^|; )(?=(?:" + "|".join(re.escape(o) for o in OUTCOMES) + r"): )")
 _DETECT = re.compile(r"could detect ±(\d+(?:\.\d+)?)")
 
@@ -95,7 +117,7 @@ def parts_in(reason: str) -> tuple[Verdict, ...]:
         quoted = _DETECT.search(body)
         if det is None and quoted:
             det = float(quoted.group(1))  # a rule that counts units reports it beside its counts
-        parts.append(Verdict(outcome, body, est, detectable_effect=det))
+        parts.append(Verdict(outcome, body, est, detectable_effect=det, thresholds=thresholds_in(body) if est else ()))
     return tuple(parts)
 
 
@@ -116,7 +138,12 @@ def recorded_rule(record: dict) -> Verdict:
         dets = []  # a decided rule of several parts: ``combine`` keeps only its open parts' detectable effects
     parts = tuple(p for p in map(Verdict.from_part, [d for d in record.get("parts") or [] if isinstance(d, dict)])
                   if p is not None) or (parts_in(reason) if estimate is None else ())
-    return Verdict(outcome, reason, estimate, detectable_effect=max(dets) if dets else None, parts=parts)
+    parts = tuple(p if p.thresholds or p.estimate is None else
+                  dataclasses.replace(p, thresholds=thresholds_in(p.reason)) for p in parts)
+    lines = tuple(x for x in record.get("thresholds") or () if isinstance(x, int | float)) or (
+        thresholds_in(reason) if estimate is not None else ())
+    return Verdict(outcome, reason, estimate, detectable_effect=max(dets) if dets else None, parts=parts,
+                   thresholds=lines)
 
 
 def hierarchical(record: dict) -> bool:
@@ -130,19 +157,36 @@ def hierarchical(record: dict) -> bool:
 def rederive_record(name: str, record: dict, studies=None) -> dict:
     """``record`` judged again from its own numbers (see the module docstring)."""
     from ptmlab.studies.common import judge, portable
+    from ptmlab.studies.prereg import recheck
 
     module = module_of(name, studies)
-    restate = getattr(module, "restate", None)
-    rule = restate(record, name) if restate is not None and not hierarchical(record) else None
-    if rule is None:
-        rule = recorded_rule(record)
+    rule, recompute = restated(module, name, record)
     claim = claim_of(module, name)
     base = {k: v for k, v in record.items() if k not in _JUDGED}
     if claim is not None:
         base["claim"] = claim.to_dict()
     verdict = judge(rule, base, getattr(module, "validity", None), claim)
+    base["recompute"] = recompute
+    base["preregistration"] = recheck(record, name, studies)
     new = portable({**base, **verdict.to_dict(), "verdict": verdict.text()}, output_of(record))
     return _rename_output(new, f"runs/{name}")
+
+
+def restated(module, name: str, record: dict) -> tuple[Verdict, dict]:
+    """The rule's verdict for ``record`` and how it was obtained (``recompute``): the module's ``restate`` where it
+    can recompute it, else the verdict the record states."""
+    from ptmlab.studies.evidence import evidence_of
+
+    restate = getattr(module, "restate", None)
+    allowed = bool(evidence_of(record)) or not hierarchical(record) or \
+        getattr(module, "RESTATES_RECORDED_INTERVALS", False)
+    rule = restate(record, name) if restate is not None and allowed else None
+    if rule is not None:
+        how = getattr(module, "recomputed_from", None)
+        status, source = how(record) if callable(how) else (RECOMPUTED, "the record's per-seed scores")
+        return rule, {"status": status, "from": source}
+    return recorded_rule(record), {"status": AS_RECORDED, "from": "the outcome, reason and interval the run recorded",
+                                   "rerun": getattr(module, "RERUN", RERUN)}
 
 
 def _rename_output(record: dict, label: str) -> dict:

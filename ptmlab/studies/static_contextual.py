@@ -293,6 +293,10 @@ def _task_seed(a: StaticContextualArgs, task: str, seed: int, out: Path, model, 
     return res
 
 
+RERUN = ("the study does not yet keep every probe's per-sentence correctness and labels (evidence); a run that "
+         "keeps them, on sentences its design never read, would be recomputable")
+
+
 @STUDIES.register("static-vs-contextual", help="Q1: static (input) embeddings vs contextual features vs "
                                                "fine-tuning, same linear head")
 def run(argv: list[str]) -> int:

@@ -43,6 +43,7 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import FULL_FINETUNE, SMALL_FINETUNE, parse_study_args, write_study
 from ptmlab.studies.compress_common import CompressStudyArgs
+from ptmlab.studies.evidence import pack_runs
 from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, combine, decide_above, hierarchical_bootstrap
 
 CLAIM = Claim(
@@ -190,7 +191,9 @@ def run(argv: list[str]) -> int:
                 extra={"metric": metric, "base": base, "fine_tuned": ft, "fine_tuned_dev": ft_metric,
                        "unpruned_params": parameter_count(scored), "chosen_ratio": chosen,
                        "selection": "dev examples at even positions choose the ratio; odd positions report",
-                       "phase_transition_point_estimate": transition, "importance": a.importance},
+                       "phase_transition_point_estimate": transition, "importance": a.importance,
+                       "evidence": {"correct": {str(r): pack_runs(runs) for r, runs in correct.items()}}
+                       if usable else None},
                 claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
 
@@ -280,12 +283,17 @@ def validity(record: dict) -> list:
 
 
 def restate(record: dict, name: str = "super-tickets") -> Verdict | None:
-    """From a committed record without per-example numbers: both parts as paired t intervals over the seeds'
-    whole-dev scores (the choosing half included for part 1: a rerun gives the held-out seed-level interval)."""
+    """From the record's per-example records (``evidence``) when it carries them: the rule itself. From a committed
+    record without them: both parts as paired t intervals over the seeds' whole-dev scores (the choosing half
+    included for part 1: a rerun gives the held-out seed-level interval)."""
     import dataclasses
 
+    from ptmlab.studies.evidence import evidence_of, unpack_runs
     from ptmlab.studies.verdict import paired_seeds
 
+    ev = evidence_of(record).get("correct")
+    if isinstance(ev, dict) and "0.0" in ev:
+        return decide({float(r): unpack_runs(v) for r, v in ev.items()})[0]
     rows = {r["ratio"]: r["per_seed"] for r in record.get("rows") or [] if isinstance(r.get("per_seed"), list)}
     chosen = record.get("chosen_ratio")
     if 0.0 not in rows or chosen not in rows:

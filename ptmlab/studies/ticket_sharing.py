@@ -239,7 +239,20 @@ def decide(observed: list[float], chance: list[float], ticket: dict[str, list[fl
     tk = [float(np.mean([ticket[t][k] for t in ticket])) for k in range(n)]
     fl = [float(np.mean([full[t][k] for t in ticket])) for k in range(n)]
     est_s = paired_seeds(tk, fl, "shared-ticket minus full multi-task, mean over the small tasks")
-    return combine([decide_above(est_o, 0.0), decide_above(est_s, 0.0)])
+    return combine([decide_above(est_o, 0.0), decide_above(est_s, 0.0)], names=["tickets overlap", "shared ticket"])
+
+
+def restate(record: dict, name: str = "ticket-sharing") -> Verdict | None:
+    """The rule of ``CLAIM`` recomputed from the record's per-seed overlaps (``overlap``: observed and random-ticket
+    Jaccard per seed) and per-seed scores of the small tasks (``per_seed``)."""
+    overlaps = [o for o in record.get("overlap") or [] if isinstance(o, dict) and "observed" in o and "random" in o]
+    ps = record.get("per_seed") if isinstance(record.get("per_seed"), dict) else {}
+    small = [t for t in record.get("small_tasks") or [] if t in (ps.get("ticket_mt") or {})
+             and t in (ps.get("full_mt") or {})]
+    if not overlaps or not small:
+        return None
+    return decide([o["observed"] for o in overlaps], [o["random"] for o in overlaps],
+                  {t: ps["ticket_mt"][t] for t in small}, {t: ps["full_mt"][t] for t in small})
 
 
 MAX_SHARED = 0.8   # the largest share of heads a shared ticket may keep and still be a ticket

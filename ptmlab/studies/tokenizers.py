@@ -142,6 +142,10 @@ def deciders(langs: list[str], real: dict[str, list[str]], types: list[str]) -> 
     return {lang: real[lang][0] if real.get(lang) else f"{types[0]}-{lang}" for lang in langs}
 
 
+RERUN = ("the study does not yet keep each sentence's fertility and continued-word share per tokenizer (evidence); "
+         "a run that keeps them would be recomputable")
+
+
 @STUDIES.register("tokenizers", help="ACL 2021: language-specific tokenizers have lower fertility than "
                                      "multilingual ones (real monolingual tokenizers and stand-ins vs XLM-R)")
 def run(argv: list[str]) -> int:

@@ -21,11 +21,12 @@ interval over seeds, and pre-training moved the held-out loss clearly below the 
 out text (``unigram_entropy``; the largest token-prediction eval loss below 0.9 of it) before any pre-training is
 compared downstream (``pretrain_common.pretrain_validity``).
 
-Verdict rule (written before the runs): per tokenizer and seed, the dev main metric; the per-seed difference Unigram
-minus BPE (the same seed for both) gets a 95% paired t interval over seeds. Supported when the interval lies above
--0.01 (Unigram matches BPE within a point, or beats it: the paper's "match or outperform"); not supported when it
-lies below -0.01 (BPE is better by more than a point); inconclusive otherwise or with one seed (--budget small),
-or when Unigram and BPE have the same score on every seed (the fine-tuned models cannot tell them apart).
+Verdict rule: per tokenizer and seed, the dev main metric; the per-seed difference Unigram minus BPE (the same seed
+for both) gets a paired t interval over seeds, read as a non-inferiority test with one-sided 95% bounds. Supported
+when the lower bound lies above -0.01 (Unigram matches BPE within a point, or beats it: the paper's "match or
+outperform"); not supported when the upper bound lies below -0.01 (BPE is better by more than a point);
+inconclusive otherwise or with one seed (--budget small), or when Unigram and BPE have the same score on every seed
+(the fine-tuned models cannot tell them apart).
 WordPiece is reported beside them.
 
 Budgets: ``--budget small`` runs 1-layer models at vocabulary 1,000, one seed (inconclusive by construction);
@@ -69,9 +70,10 @@ CLAIM = Claim(
     source="Q5; Bostrom & Durrett, Findings of EMNLP 2020",
     paper="gaps of about a point or less in Unigram's favour on the English and Japanese tasks tried",
     rule="per tokenizer and seed, the dev main metric; the per-seed difference Unigram minus BPE (the same seed for "
-         "both) gets a 95% paired t interval over seeds. Supported when the interval lies above -0.01 (Unigram "
-         "matches BPE within a point, or beats it: the paper's \"match or outperform\"); not supported when it lies "
-         "below -0.01 (BPE is better by more than a point); inconclusive otherwise or with one seed (--budget "
+         "both) gets a paired t interval over seeds, read as a non-inferiority test with one-sided 95% bounds. "
+         "Supported when the lower bound lies above -0.01 (Unigram matches BPE within a point, or beats it: the "
+         "paper's \"match or outperform\"); not supported when the upper bound lies below -0.01 (BPE is better by "
+         "more than a point); inconclusive otherwise or with one seed (--budget "
          "small), or when Unigram and BPE have the same score on every seed (the fine-tuned models cannot tell "
          "them apart). WordPiece is reported beside them.",
     conditions=(
@@ -143,6 +145,19 @@ def train_tokenizers(a: TokenizersDownstreamArgs, out: Path) -> dict[str, Path]:
 def decide(scores: dict[str, list[float]]) -> Verdict:
     """The rule of ``CLAIM``: Unigram against BPE only (``scores``: per tokenizer, seed by seed in one order)."""
     return compare_rivals({k: scores[k] for k in (CLAIMED, RIVAL)}, CLAIMED, -MARGIN, f"dev {METRIC}")
+
+
+def restate(record: dict, name: str = "tokenizers-downstream") -> Verdict | None:
+    """The rule of ``CLAIM`` recomputed from the record's per-run scores (``per_seed``: each tokenizer and seed's
+    dev score)."""
+    from ptmlab.studies.pretrain_common import summary_rows
+
+    runs = [r for r in record.get("per_seed") or [] if isinstance(r, dict)]
+    tasks = list(record.get("tasks") or [])
+    if not runs or not tasks or not all(isinstance(r.get(t), int | float) for r in runs for t in tasks):
+        return None
+    avg = summary_rows(runs, "tokenizer", tasks)[1]
+    return decide(avg) if CLAIMED in avg and RIVAL in avg else None
 
 
 @STUDIES.register("tokenizers-downstream", help="Q5: BPE vs WordPiece vs Unigram, each pre-trained on the same "

@@ -17,10 +17,18 @@ Four outcomes:
 
   - ``decide_above(est, t)``: the quantity exceeds ``t`` -- supported when the whole interval is above ``t``, not
     supported when it is wholly below, inconclusive when the interval straddles it;
-  - ``decide_within(est, m)``: the quantity is within ``±m`` (an equivalence claim, "does not hurt") -- supported
-    when the interval lies inside ``[-m, m]``, not supported when it lies wholly outside, inconclusive otherwise;
-  - ``combine(verdicts)``: a claim made of parts -- cannot test if any part cannot, else not supported if any part
-    is not, supported if all are.
+  - ``decide_noninferior(est, t, above)``: a non-inferiority claim against a margin stated before the run ("does
+    as well", "keeps accuracy within a point") -- supported when the one-sided 95% bound on the claim's side clears
+    ``t``, not supported when the opposite one-sided 95% bound lies beyond it, inconclusive otherwise
+    (``one_sided_bound`` reads the bounds from the interval);
+  - ``decide_within(est, m)``: the quantity is within ``±m`` (an equivalence claim) -- two one-sided tests at 95%:
+    supported when both one-sided bounds lie inside ``[-m, m]``, not supported when one lies beyond ``±m`` on the
+    far side, inconclusive otherwise;
+  - ``combine(verdicts, names)``: a claim made of parts, decided part by part and each part named and shown --
+    cannot test if any part cannot, else not supported if any part is not, supported if all are.
+
+  "Not supported" always rests on an interval that excludes the claim, never on point values; each rule records the
+  line(s) it draws in the estimate's unit (``Verdict.thresholds``) for the forest plot.
 
 Estimates. ``paired_seeds`` / ``mean_interval``: a Student-t interval over seeds (each seed one number).
 ``hierarchical_bootstrap``: where examples matter too (per-example correctness of several seeds), resample seeds,
@@ -47,6 +55,7 @@ is not read as evidence either way.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -72,12 +81,17 @@ class Claim:
     conditions: tuple[str, ...] = ()    # validity conditions, in words, checked on the run's numbers before the rule
     paper_effect: float | None = None   # the paper's effect in the unit of the rule's estimate (0.006: +0.6 points)
     paper_part: int | None = None       # for a rule of several parts: the part (0-based) the paper's effect is about
+    metric: str = ""                    # what the rule's estimate measures, in its unit
+    margin: float | None = None         # the rule's margin or threshold in that unit (0.01: one point)
+    parts: tuple[str, ...] = ()         # a claim of several parts: each part's name, in the rule's order
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["conditions"] = list(self.conditions)
-        if self.paper_part is None:
-            del d["paper_part"]
+        d["parts"] = list(self.parts)
+        for key, empty in (("paper_part", None), ("metric", ""), ("margin", None), ("parts", [])):
+            if d[key] == empty:
+                del d[key]
         return d
 
 
@@ -302,6 +316,8 @@ class Verdict:
     rule_outcome: str = ""                  # set by ``assess``: what the rule alone said (before the conditions)
     rule_reason: str = ""
     parts: tuple[Verdict, ...] = ()         # for a combined verdict: its parts
+    name: str = ""                          # as one part of a combined verdict: the part's name ("Q10", "8-bit")
+    thresholds: tuple[float, ...] = ()      # where the rule draws its line(s) in the estimate's unit (the margin)
 
     def __post_init__(self):
         if self.outcome not in OUTCOMES:
@@ -325,13 +341,19 @@ class Verdict:
             d["rule"] = {"outcome": self.rule_outcome, "reason": self.rule_reason}
         if self.parts:
             d["parts"] = [p.part_dict() for p in self.parts]
+        if self.thresholds:
+            d["thresholds"] = list(self.thresholds)
         return d
 
     def part_dict(self) -> dict:
-        """This verdict as one part of a combined one: outcome, reason, estimate, detectable effect."""
-        return {"outcome": self.outcome, "reason": self.reason,
-                "estimate": self.estimate.to_dict() if self.estimate else None,
-                "detectable_effect": self.detectable_effect}
+        """This verdict as one part of a combined one: its name (where it has one), outcome, reason, estimate,
+        detectable effect."""
+        d = {"outcome": self.outcome, "reason": self.reason,
+             "estimate": self.estimate.to_dict() if self.estimate else None,
+             "detectable_effect": self.detectable_effect}
+        if self.thresholds:
+            d["thresholds"] = list(self.thresholds)
+        return {"part": self.name, **d} if self.name else d
 
     @classmethod
     def from_part(cls, d: Mapping) -> Verdict | None:
@@ -341,7 +363,9 @@ class Verdict:
             return None
         return cls(str(d["outcome"]), str(d.get("reason") or ""),
                    Estimate.from_dict(est) if isinstance(est, Mapping) and est.get("value") is not None else None,
-                   detectable_effect=float(det) if isinstance(det, int | float) else None)
+                   detectable_effect=float(det) if isinstance(det, int | float) else None,
+                   name=str(d.get("part") or ""),
+                   thresholds=tuple(float(x) for x in d.get("thresholds") or () if isinstance(x, int | float)))
 
 
 def _t_quantile(confidence: float, df: int) -> float:
@@ -516,44 +540,111 @@ def decide_above(est: Estimate, threshold: float = 0.0, what: str = "") -> Verdi
     """Claim: the quantity is above ``threshold``. The reason reports the detectable effect beside the interval."""
     name = what or est.metric
     det, said = detectable_effect(est), est.text() + _detect_text(est)
+    line = (float(threshold),)
     if est.low > threshold:
-        return Verdict(SUPPORTED, f"{name} {said} is above {threshold:g}", est, detectable_effect=det)
+        return Verdict(SUPPORTED, f"{name} {said} is above {threshold:g}", est, detectable_effect=det, thresholds=line)
     if est.high < threshold:
-        return Verdict(NOT_SUPPORTED, f"{name} {said} is below {threshold:g}", est, detectable_effect=det)
-    return Verdict(INCONCLUSIVE, f"{name} {said} includes {threshold:g}", est, detectable_effect=det)
+        return Verdict(NOT_SUPPORTED, f"{name} {said} is below {threshold:g}", est, detectable_effect=det,
+                       thresholds=line)
+    return Verdict(INCONCLUSIVE, f"{name} {said} includes {threshold:g}", est, detectable_effect=det, thresholds=line)
 
 
-def decide_within(est: Estimate, margin: float, what: str = "") -> Verdict:
-    """Claim: the quantity is within ``±margin`` of zero (no meaningful difference). An interval wider than the
-    margin can never fit inside it: inconclusive then says it is underpowered and how many seeds would do."""
+ONE_SIDED = 0.95  # the level of a one-sided bound (non-inferiority, and each of an equivalence test's two sides)
+
+
+def one_sided_bound(est: Estimate, side: str, level: float = ONE_SIDED) -> float:
+    """The one-sided ``level`` bound of ``est`` ("lower" or "upper"), read from its interval: the value plus or
+    minus ``q(level) x SE`` with ``SE`` that side's half-length over ``q(1 - α/2)`` (Student-t quantiles with the
+    estimate's df, normal ones otherwise), so that a symmetric t interval gives the t bound exactly and a percentile
+    bootstrap's skew is kept. Infinite without a finite interval (one run)."""
+    if side not in ("lower", "upper"):
+        raise ValueError(f"side must be 'lower' or 'upper', not {side!r}")
+    end = est.low if side == "lower" else est.high
+    if not math.isfinite(end):
+        return end
+    scale = _quantile(level, est.df) / _quantile(0.5 + est.confidence / 2, est.df)
+    return est.value + (end - est.value) * scale
+
+
+def _one_sided_text(est: Estimate, side: str, level: float) -> str:
+    return f"one-sided {level:.0%} {side} bound {one_sided_bound(est, side, level):.4f}"
+
+
+def decide_noninferior(est: Estimate, threshold: float, what: str = "", above: bool = True,
+                       level: float = ONE_SIDED) -> Verdict:
+    """A non-inferiority claim: the quantity is above ``threshold`` (``above``; a compressed model loses at most a
+    point: change > -0.01) or below it (a rival gains at most the margin: difference < +0.01), decided by one-sided
+    ``level`` bounds, as a margin stated before the run asks: supported when the bound on the claim's side clears
+    the threshold, not supported when the opposite one-sided bound lies beyond it on the wrong side, inconclusive
+    otherwise. The detectable effect is at the one-sided level."""
     name = what or est.metric
-    det, said = detectable_effect(est), est.text() + _detect_text(est)
-    if -margin <= est.low and est.high <= margin:
-        return Verdict(SUPPORTED, f"{name} {said} lies within ±{margin:g}", est, detectable_effect=det)
-    if est.low > margin or est.high < -margin:
-        return Verdict(NOT_SUPPORTED, f"{name} {said} lies outside ±{margin:g}", est, detectable_effect=det)
-    reason = f"{name} {said} is not resolved against ±{margin:g}"
-    if math.isfinite(est.half_width()) and est.half_width() >= margin:
-        reason += (f"; underpowered: the interval's half-width ±{est.half_width():.4f} exceeds the margin ±{margin:g},"
-                   f" so it can never fit inside it")
+    confidence = 2 * level - 1  # the two-sided level whose quantile is the one-sided bound's
+    det = detectable_effect(est, confidence=confidence)
+    said = est.text() + ("; one run: no detectable effect" if det is None else f"; could detect ±{det:.4f}")
+    near, far = ("lower", "upper") if above else ("upper", "lower")
+    b_near, b_far = one_sided_bound(est, near, level), one_sided_bound(est, far, level)
+    word, wrong = (">", "<") if above else ("<", ">")
+    clears = b_near > threshold if above else b_near < threshold
+    fails = b_far < threshold if above else b_far > threshold
+    line = (float(threshold),)
+    if clears:
+        return Verdict(SUPPORTED, f"{name} {said}: {_one_sided_text(est, near, level)} {word} {threshold:g}", est,
+                       detectable_effect=det, thresholds=line)
+    if fails:
+        return Verdict(NOT_SUPPORTED, f"{name} {said}: {_one_sided_text(est, far, level)} {wrong} {threshold:g}",
+                       est, detectable_effect=det, thresholds=line)
+    return Verdict(INCONCLUSIVE, f"{name} {said}: {_one_sided_text(est, near, level)} does not clear "
+                                 f"{threshold:g}", est, detectable_effect=det, thresholds=line)
+
+
+def decide_within(est: Estimate, margin: float, what: str = "", level: float = ONE_SIDED) -> Verdict:
+    """Claim: the quantity is within ``±margin`` of zero (an equivalence claim, "no meaningful difference"), by two
+    one-sided tests at ``level``: supported when the lower one-sided bound is above ``-margin`` and the upper one
+    below ``+margin`` (the 90% interval inside the margin); not supported when a one-sided bound shows the quantity
+    beyond the margin (lower bound above ``+margin`` or upper bound below ``-margin``); inconclusive otherwise. An
+    interval too wide to fit inside the margin says it is underpowered and how many seeds would do."""
+    name = what or est.metric
+    confidence = 2 * level - 1
+    det = detectable_effect(est, confidence=confidence)
+    said = est.text() + ("; one run: no detectable effect" if det is None else f"; could detect ±{det:.4f}")
+    lo, hi = one_sided_bound(est, "lower", level), one_sided_bound(est, "upper", level)
+    bounds = f"one-sided {level:.0%} bounds [{lo:.4f}, {hi:.4f}]"
+    lines = (-float(margin), float(margin))
+    if -margin < lo and hi < margin:
+        return Verdict(SUPPORTED, f"{name} {said}: {bounds} lie within ±{margin:g}", est, detectable_effect=det,
+                       thresholds=lines)
+    if lo > margin or hi < -margin:
+        return Verdict(NOT_SUPPORTED, f"{name} {said}: {bounds} lie outside ±{margin:g}", est, detectable_effect=det,
+                       thresholds=lines)
+    reason = f"{name} {said}: {bounds} are not resolved against ±{margin:g}"
+    if math.isfinite(hi - lo) and (hi - lo) / 2 >= margin:
+        reason += (f"; underpowered: the one-sided bounds' half-width ±{(hi - lo) / 2:.4f} exceeds the margin "
+                   f"±{margin:g}, so they can never fit inside it")
         if text := budget_text(est, margin):
             reason += f"; {text}"
-    return Verdict(INCONCLUSIVE, reason, est, detectable_effect=det, paper_effect=margin)
+    return Verdict(INCONCLUSIVE, reason, est, detectable_effect=det, paper_effect=margin, thresholds=lines)
 
 
-def combine(verdicts: Sequence[Verdict], joiner: str = "; ") -> Verdict:
-    """A claim made of parts: cannot test if any part cannot; else not supported if any part is not, supported if
-    every part is, else inconclusive. The detectable effect is the largest among the undecided parts."""
+def combine(verdicts: Sequence[Verdict], joiner: str = "; ", names: Sequence[str] | None = None) -> Verdict:
+    """A claim made of parts, decided part by part: cannot test if any part cannot; else not supported if any part
+    is not, supported if every part is, else inconclusive. ``names`` name the parts (each part's reason is then
+    written after its name and outcome, "Q10: supported: ..."), so that a reader sees which part decided the claim.
+    The detectable effect is the largest among the undecided parts."""
     if not verdicts:
         raise ValueError("no verdicts to combine")
+    if names is not None:
+        if len(names) != len(verdicts):
+            raise ValueError(f"{len(names)} part names for {len(verdicts)} parts")
+        verdicts = [dataclasses.replace(v, name=str(n)) for v, n in zip(verdicts, names, strict=True)]
     outcomes = {v.outcome for v in verdicts}
     outcome = CANNOT_TEST if CANNOT_TEST in outcomes else NOT_SUPPORTED if NOT_SUPPORTED in outcomes \
         else SUPPORTED if outcomes == {SUPPORTED} else INCONCLUSIVE
     estimate = verdicts[0].estimate if len(verdicts) == 1 else None
     open_parts = [v.detectable_effect for v in verdicts if v.outcome == INCONCLUSIVE and v.detectable_effect]
     validity = tuple(c for v in verdicts for c in v.validity)
-    return Verdict(outcome, joiner.join(v.text() for v in verdicts), estimate, validity,
-                   max(open_parts) if open_parts else None, parts=tuple(verdicts))
+    return Verdict(outcome, joiner.join((f"{v.name}: " if v.name else "") + v.text() for v in verdicts), estimate,
+                   validity, max(open_parts) if open_parts else None, parts=tuple(verdicts),
+                   thresholds=verdicts[0].thresholds if len(verdicts) == 1 else ())
 
 
 ROUNDING = 1e-4  # committed per-seed scores carry 4 decimals: a system must clear the trivial score by more
@@ -600,8 +691,11 @@ def assess(verdict: Verdict, validity: Sequence[Condition] = (), paper_effect: f
     paper = paper_effect if paper_effect is not None else verdict.paper_effect
     unmet = [c for c in validity if not c.met]
     if unmet:
+        if det is None:  # the rule's parts decided (so combine kept none), but the claim is untested: their reach
+            det = max((v.detectable_effect for v in verdict.parts if v.detectable_effect is not None), default=None)
         reason = "; ".join(c.text() for c in unmet) + f" [the rule alone: {rule[0]}: {rule[1]}]"
-        return Verdict(CANNOT_TEST, reason, verdict.estimate, validity, det, paper, *rule, verdict.parts)
+        return Verdict(CANNOT_TEST, reason, verdict.estimate, validity, det, paper, *rule, verdict.parts,
+                       thresholds=verdict.thresholds)
     reason = verdict.reason
     if det is not None and "could detect" not in reason and verdict.outcome != SUPPORTED:
         reason += f"; could detect ±{det:.4f}"
@@ -618,7 +712,8 @@ def assess(verdict: Verdict, validity: Sequence[Condition] = (), paper_effect: f
             text = budget_text(cmp_est, paper) if cmp_est is not None else ""
             reason += f"; underpowered: could detect ±{cmp_det:.4f}, the paper reports {paper:g}" + (
                 f"; {text}" if text else "")
-    return Verdict(verdict.outcome, reason, verdict.estimate, validity, det, paper, *rule, verdict.parts)
+    return Verdict(verdict.outcome, reason, verdict.estimate, validity, det, paper, *rule, verdict.parts,
+                   thresholds=verdict.thresholds)
 
 
 def _binding_estimate(verdict: Verdict) -> Estimate | None:
