@@ -172,7 +172,6 @@ def test_serve_answers_a_tokens_request_with_tags_per_word(ner_run, tmp_path):
     import httpx
 
     import ptmlab
-
     from ptmlab.serve.app import create_app
     from ptmlab.serve.config import ServeConfig
     from ptmlab.serve.server import serve_in_thread
