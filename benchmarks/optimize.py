@@ -17,7 +17,7 @@ part, and at least 1.3x faster (geometric mean of the two batch sizes) than the 
 --max-loss, at no more held-out loss. Misses are recorded with their numbers. Writes
 benchmarks/results/optimize.MACHINE.json and prints the table.
 
-    python benchmarks/optimize.py [--model RUN] [--budget 12m] [--threads 1] [--work DIR] [--rounds 7]
+    python benchmarks/optimize.py [--model RUN] [--budget 10m] [--threads 1] [--work DIR] [--rounds 7]
 """
 
 from __future__ import annotations
@@ -58,9 +58,11 @@ def main() -> int:
     ap.add_argument("--work", default=None, help="folder for the fine-tuned run and the search (default: a temporary "
                                                  "folder, removed at the end)")
     ap.add_argument("--glue-dir", default=None)
-    ap.add_argument("--budget", default="12m", help="ptmlab optimize --budget")
+    ap.add_argument("--budget", default="10m", help="ptmlab optimize --budget")
     ap.add_argument("--threads", type=int, default=1, help="threads of every timed model (1 on a shared machine)")
     ap.add_argument("--rounds", type=int, default=7, help="round-robin rounds of the side-by-side timing")
+    ap.add_argument("--reuse-search", action="store_true", help="reuse the finished search in --work (only the "
+                                                                   "side-by-side timing and scoring run again)")
     ap.add_argument("--out", default=str(result_path("optimize")))
     args = ap.parse_args()
 
@@ -84,8 +86,9 @@ def main() -> int:
     finetune_s = None if args.model else round(time.time() - t0, 1)
     out = work / "optimized"
     t0 = time.time()
-    ptmlab.optimize(str(run_dir), max_loss=1, batch=["1", "32"], budget=args.budget, threads=args.threads,
-                    output=str(out), overwrite=True)
+    if not (args.reuse_search and (out / "summary.json").is_file()):
+        ptmlab.optimize(str(run_dir), max_loss=1, batch=["1", "32"], budget=args.budget, threads=args.threads,
+                        output=str(out), overwrite=True)
     optimize_s = round(time.time() - t0, 1)
     summary = json.loads((out / "summary.json").read_text())
 
@@ -95,7 +98,7 @@ def main() -> int:
     cfg = build_config(OptimizeConfig, saved, source="benchmark")
     ctx = Context(cfg, resume=True)
     ctx.structures = Structures(ctx)
-    ctx.out = out
+    ctx.score_source()
     trials = [r for r in summary["trials"] if r.get("status") == "complete"]
 
     def best_trial(rows):

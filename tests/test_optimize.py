@@ -200,6 +200,18 @@ def test_the_pruner_stops_what_cannot_move_the_front():
     assert not pruner.prune(study, trial({0: 0.1, 1: 0.8}))
 
 
+def test_a_candidate_refused_for_lack_of_time_is_tried_again_on_resume():
+    from ptmlab.optimize.search import tried
+
+    study = optuna.create_study()
+    dist = {"structure": optuna.distributions.CategoricalDistribution(["source", "layers:3"]),
+            "backend": optuna.distributions.CategoricalDistribution(["onnx"])}
+    for s, attrs in (("source", {}), ("layers:3", {"over_budget": True})):
+        study.add_trial(optuna.trial.create_trial(params={"structure": s, "backend": "onnx"}, distributions=dist,
+                                                  user_attrs=attrs, state=optuna.trial.TrialState.PRUNED))
+    assert set(tried(study)) == {("source", "onnx")}
+
+
 def test_structures_and_budgets_parse():
     from ptmlab.optimize.config import parse_batches, parse_budget
     from ptmlab.optimize.space import default_structures, parse_structure

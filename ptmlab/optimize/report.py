@@ -11,6 +11,7 @@ from pathlib import Path
 import optuna
 
 from ptmlab.core.io import atomic_write_json, atomic_write_text
+from ptmlab.optimize.config import EXCLUDED
 
 CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 TABLE = ["trial", "structure", "backend", "status", "dev", "loss_points", "agreement", "speedup", "size_mb",
@@ -149,6 +150,7 @@ def finish(ctx, pairs: list[tuple[str, str]]) -> dict:
               "candidates": len(pairs), "trials": len(rows),
               "complete": sum(r.get("status") == "complete" for r in rows),
               "pruned": sum(r.get("status") == "pruned" for r in rows),
+              "over_budget": sum(r.get("status") == "over budget" for r in rows),
               "failed": sum(r.get("status") == "failed" for r in rows), "sampler": cfg.sampler,
               "builds": ctx.study.user_attrs.get("builds") or []}
     summary = {"title": "ptmlab optimize", "task": ctx.spec.name, "model": str(cfg.model), "objective": cfg.objective,
@@ -277,7 +279,8 @@ def _lines(ctx, summary: dict) -> list[str]:
                  f"{verdict} --max-loss {cfg.max_loss:g}.")
     s = summary["search"]
     lines.append(f"Search: {s['trials']} trials of {s['candidates']} candidates ({s['complete']} complete, "
-                 f"{s['pruned']} stopped early, {s['failed']} failed) in {s['elapsed_s']:.0f} s of a "
+                 f"{s['pruned']} stopped early, {s.get('over_budget', 0)} not started for lack of time, "
+                 f"{s['failed']} failed) in {s['elapsed_s']:.0f} s of a "
                  f"{s['budget_s']:.0f} s budget; sampler {s['sampler']}; objective {cfg.objective}.")
     return lines
 
@@ -287,8 +290,9 @@ def _card(ctx, summary: dict, fmt: str, parity: dict) -> None:
     from ptmlab.report.model_card import _command_line, model_card
 
     text = model_card(ctx.out, export={"format": fmt, "output": str(ctx.out), "parity": parity})
-    cfg = RunDir(ctx.out).read_config()  # its max_length is the run's, recorded for serve and predict: not a flag
-    text = text.replace(_command_line(cfg), _command_line({k: v for k, v in cfg.items() if k != "max_length"}))
+    cfg = RunDir(ctx.out).read_config()
+    flags = {k: v for k, v in cfg.items() if k not in EXCLUDED and k != "max_length"}  # max_length: the run's,
+    text = text.replace(_command_line(cfg), _command_line(flags))  # recorded for serve and predict, not a flag
     w = summary["winner"]
     rows = [("structure", w["structure"]), ("backend", w["backend"]),
             (f"dev {ctx.spec.main_metric} (search part, {summary['search_part']['examples']})", f"{w['dev']:.4f}"),

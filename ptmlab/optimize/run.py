@@ -23,6 +23,7 @@ STUDY_FILE = "study.db"
 TRIALS_LOG = "trials.jsonl"
 # options that may change when a search is resumed (the rest define the search and come from OUT/config.yaml)
 RESUMABLE = ("budget", "trials", "finalists", "latency_rounds")
+BUILD_SAFETY = 1.25  # a training is started only when this much more than its estimated time is left
 
 
 def resume_config(output: str, given: dict) -> OptimizeConfig:
@@ -168,6 +169,10 @@ class Context:
         self.study = open_study(self.out / STUDY_FILE, self.cfg, self.resume)
         self.structures = Structures(self)
         self.source_data = training_source(self.data, self.train, self.dev, self.labels)
+        self.score_source()
+
+    def score_source(self) -> None:
+        """The run's own logits and scores on the search part: what every candidate is compared with."""
         self.source_logits = self.logits(self.source, self.tokenizer, self.dev)
         self.source_metrics = self.metrics(self.source_logits, self.dev)
         self.source_score = self.source_metrics[self.spec.main_metric]
@@ -346,9 +351,11 @@ class Context:
         builds = self.study.user_attrs.get("builds") or []
         rows = len(self.train) * self.cfg.epochs
         params = self.structures.probe_params(s)
+        # a pruned model also scores its units and evaluates before recovery; either may meet a busier machine
+        factor = BUILD_SAFETY * (1.3 if s.kind == "prune" else 1.0)
         if builds:
             rate = sum(x["seconds"] for x in builds) / sum(x["params"] * x["examples"] for x in builds)
-            return rate * params * rows
+            return factor * rate * params * rows
         summary = Path(self.cfg.model) / "summary.json"
         try:
             run = json.loads(summary.read_text())
@@ -357,7 +364,7 @@ class Context:
         except (OSError, ValueError, KeyError, TypeError):
             return None
         # the run's fine-tuning, per parameter and example; a distillation or recovery also runs the teacher once
-        return 1.3 * seconds / max(examples, 1) / parameter_count(self.source) * params * rows
+        return factor * 1.3 * seconds / max(examples, 1) / parameter_count(self.source) * params * rows
 
     def record_build(self, s: Structure, seconds: float, params: int) -> None:
         builds = list(self.study.user_attrs.get("builds") or [])

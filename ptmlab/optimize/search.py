@@ -84,12 +84,13 @@ def pair_of(t: optuna.trial.FrozenTrial) -> tuple[str, str] | None:
 
 
 def tried(study: optuna.Study) -> dict[tuple[str, str], optuna.trial.FrozenTrial]:
-    """Pairs already decided (complete or pruned; duplicates excluded) -> their trial."""
+    """Pairs already decided (complete or pruned; duplicates excluded) -> their trial. A trial stopped because its
+    training did not fit the time left decides nothing: a resumed search with more budget tries it again."""
     out = {}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
                                                       optuna.trial.TrialState.PRUNED)):
         pair = pair_of(t)
-        if pair is not None and "duplicate_of" not in t.user_attrs and pair not in out:
+        if pair is not None and not {"duplicate_of", "over_budget"} & set(t.user_attrs) and pair not in out:
             out[pair] = t
     return out
 
@@ -107,6 +108,7 @@ def run_search(ctx, study: optuna.Study, pairs: list[tuple[str, str]], deadline:
     bar = progress(total=len(pairs), desc="optimize trials")
     bar.update(len([p for p in done if p in pairs]))
     new, duplicates = 0, 0
+    refused: dict[tuple[str, str], int] = {}  # pairs whose training does not fit the time left, in this call
 
     def postfix() -> None:
         best = FrontPruner.best_feasible(study)
@@ -115,15 +117,15 @@ def run_search(ctx, study: optuna.Study, pairs: list[tuple[str, str]], deadline:
     postfix()
     while True:
         done = tried(study)
-        left = [p for p in pairs if p not in done]
+        left = [p for p in pairs if p not in done and p not in refused]
         if not left or time.time() >= deadline or (max_trials and new >= max_trials):
             break
         trial = study.ask()
         s = trial.suggest_categorical("structure", structures)
         b = trial.suggest_categorical("backend", backends)
-        if (s, b) in done or (s, b) not in pairs:
+        if (s, b) in done or (s, b) in refused or (s, b) not in pairs:
             earlier = done.get((s, b))
-            trial.set_user_attr("duplicate_of", earlier.number if earlier is not None else -1)
+            trial.set_user_attr("duplicate_of", earlier.number if earlier is not None else refused.get((s, b), -1))
             if earlier is not None and earlier.state == optuna.trial.TrialState.COMPLETE:
                 constrain(trial, earlier.user_attrs.get("constraint", 1.0))
                 study.tell(trial, earlier.value)
@@ -136,14 +138,16 @@ def run_search(ctx, study: optuna.Study, pairs: list[tuple[str, str]], deadline:
             continue
         duplicates = 0
         new += 1
-        run_trial(ctx, study, trial, s, b, deadline)
+        if run_trial(ctx, study, trial, s, b, deadline) == "over budget":
+            refused[(s, b)] = trial.number
         bar.update(1)
         postfix()
         study.set_user_attr("elapsed_s", ctx.elapsed())
     bar.close()
 
 
-def run_trial(ctx, study: optuna.Study, trial: optuna.Trial, s: str, b: str, deadline: float) -> None:
+def run_trial(ctx, study: optuna.Study, trial: optuna.Trial, s: str, b: str, deadline: float) -> str:
+    """One trial, told to the study; returns its status (complete, pruned, over budget or failed)."""
     start = time.time()
     row = {"trial": trial.number, "structure": s, "backend": b}
     try:
@@ -158,6 +162,7 @@ def run_trial(ctx, study: optuna.Study, trial: optuna.Trial, s: str, b: str, dea
         if not ctx.structures.built(structure):
             need = ctx.build_seconds(structure)
             if need is not None and time.time() + need > deadline:
+                trial.set_user_attr("over_budget", True)
                 raise Pruned(f"training {s} takes about {need:.0f} s; {max(0.0, deadline - time.time()):.0f} s left")
         loss = ctx.structure_loss(structure)
         row["structure_loss_points"] = loss
@@ -173,7 +178,8 @@ def run_trial(ctx, study: optuna.Study, trial: optuna.Trial, s: str, b: str, dea
         study.tell(trial, row["objective"])
         ctx.after_trial(row)
     except Pruned as p:
-        row.update(status="pruned", reason=p.reason, seconds=round(time.time() - start, 1))
+        row.update(status="over budget" if trial.user_attrs.get("over_budget") else "pruned", reason=p.reason,
+                   seconds=round(time.time() - start, 1))
         trial.set_user_attr("row", row)
         if "structure_loss_points" in row:
             constrain(trial, row["structure_loss_points"] - ctx.cfg.max_loss)
@@ -185,6 +191,7 @@ def run_trial(ctx, study: optuna.Study, trial: optuna.Trial, s: str, b: str, dea
         trial.set_user_attr("row", row)
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     ctx.log(row)
+    return row["status"]
 
 
 def constrain(trial: optuna.Trial, over: float) -> None:

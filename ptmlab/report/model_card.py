@@ -96,8 +96,8 @@ def _command_line(cfg: dict) -> str:
         flag = "--" + k.replace("_", "-")
         if isinstance(v, bool):
             parts.append(flag if v else f"--no-{k.replace('_', '-')}")
-        elif isinstance(v, list):
-            parts += [flag, *map(str, v)]
+        elif isinstance(v, list):  # every list flag takes one comma-separated value
+            parts += [flag, ",".join(map(str, v))]
         else:
             parts += [flag, str(v)]
     if cfg.get("output"):
