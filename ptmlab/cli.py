@@ -62,7 +62,7 @@ COMMAND_HELP = {
     "data": "list the built-in tasks, where each is read from here and how to get it; `data get TASK` fetches one",
     "report": "write a report for one run or a comparison of several",
     "study": "run a study (a source claim as an experiment with a verdict); `study all`, `study dashboard`, "
-             "`study collect`, `study restore`",
+             "`study collect`, `study restore`, `study preregister`",
     "demo": "fine-tune minilm on the built-in tweets task and write a report",
     "tokenizer": "train, evaluate and swap tokenizers",
     "analyze": "look inside a model: head/layer ablation, attention, anomaly detection",
