@@ -17,7 +17,7 @@ MIXINS = {"DataArgs", "ModelArgs", "TrainArgs", "LongArgs", "MultiTaskArgs", "Re
 # what a command needs before its numbers are looked at (an input it cannot run without)
 REQUIRED = {"AnomalyConfig": {"blimp": "blimp"}, "PruneConfig": {"heads": 0.3}, "LongifyConfig": {"output": "o"},
             "PretrainConfig": {"files": ["t.txt"]}, "ScaleConfig": {"files": ["t.txt"]},
-            "LowRankConfig": {"rank_ratio": 0.5}, "CleanConfig": {"output": "o"}}
+            "LowRankConfig": {"rank_ratio": 0.5}, "CleanConfig": {"output": "o"}, "OptimizeConfig": {"max_loss": 1.0}}
 
 
 def _option_classes():

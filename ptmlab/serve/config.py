@@ -94,10 +94,6 @@ class ServeConfig(Validated):
         if self.max_wait_ms < 0 or self.timeout <= 0 or self.state_timeout <= 0:
             raise PtmlabError(f"--max-wait-ms must be >= 0, --timeout and --state-timeout > 0 (got "
                               f"{self.max_wait_ms}, {self.timeout}, {self.state_timeout})")
-        if self.max_wait_ms / 1000 >= self.timeout / 2:  # a lone request waits for company, then must still run
-            raise PtmlabError(f"--max-wait-ms {self.max_wait_ms:g} leaves no time within --timeout {self.timeout:g} s "
-                              f"for the batch to run: keep --max-wait-ms under half of --timeout "
-                              f"({self.timeout * 500:g} ms)")
         if self.read_timeout <= 0 or self.keep_alive_timeout <= 0:
             raise PtmlabError(f"--read-timeout and --keep-alive-timeout must be > 0 (got {self.read_timeout}, "
                               f"{self.keep_alive_timeout})")
@@ -107,6 +103,10 @@ class ServeConfig(Validated):
         for name, top in UPPER_BOUNDS.items():  # larger values overflow timers, SQLite integers or memory
             if getattr(self, name) > top:
                 raise PtmlabError(f"--{name.replace('_', '-')} must be at most {top:g}, got {getattr(self, name):g}")
+        if self.max_wait_ms / 1000 >= self.timeout / 2:  # a lone request waits for company, then must still run
+            raise PtmlabError(f"--max-wait-ms {self.max_wait_ms:g} leaves no time within --timeout {self.timeout:g} s "
+                              f"for the batch to run: keep --max-wait-ms under half of --timeout "
+                              f"({self.timeout * 500:g} ms)")
         if not self.host.strip():
             raise PtmlabError("--host is empty, which would listen on every interface: pass --host 127.0.0.1, or "
                               "--host 0.0.0.0 to listen on every interface on purpose")
