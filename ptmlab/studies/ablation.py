@@ -358,13 +358,13 @@ RESTATES_RECORDED_INTERVALS = True  # restate reads each unit's recorded interva
 
 def recomputed_from(record: dict) -> tuple[str, str]:
     """How ``restate`` recomputed ``record``'s verdict (``rederive``'s ``recompute`` block)."""
-    from ptmlab.studies.evidence import evidence_of
+    from ptmlab.studies.evidence import recomputed_or_partly
 
-    if evidence_of(record):
-        return "recomputed", "every seed's per-example correctness of the intact model and of each unit's removal"
-    return "partly recomputed", ("counts and outcomes from each unit's recorded 95% interval (rows' removal_low and "
-                                 "removal_high) and, for the split design, the recorded choosing-half gains and "
-                                 "held-out interval; those intervals need the per-example records a rerun keeps")
+    return recomputed_or_partly(
+        record, "every seed's per-example correctness of the intact model and of each unit's removal",
+        "counts and outcomes from each unit's recorded 95% interval (rows' removal_low and removal_high) and, for the "
+        "split design, the recorded choosing-half gains and held-out interval; those intervals need the per-example "
+        "records a rerun keeps")
 
 
 def unit_estimates_of(record: dict) -> dict | None:

@@ -357,13 +357,12 @@ RESTATES_RECORDED_INTERVALS = True  # the rule's parts were never computed by th
 
 def recomputed_from(record: dict) -> tuple[str, str]:
     """How ``restate`` recomputed ``record``'s verdict (``rederive``'s ``recompute`` block)."""
-    from ptmlab.studies.evidence import evidence_of
+    from ptmlab.studies.evidence import recomputed_or_partly
 
-    if evidence_of(record):
-        return "recomputed", "every seed's per-example correctness of the reference and of each method"
-    return "partly recomputed", ("per part, a paired t over the seeds' whole-dev scores (rows' dev_per_seed), the "
-                                 "choosing half included; the rule's held-out intervals need the per-example "
-                                 "records a rerun keeps")
+    return recomputed_or_partly(
+        record, "every seed's per-example correctness of the reference and of each method",
+        "per part, a paired t over the seeds' whole-dev scores (rows' dev_per_seed), the choosing half included; the "
+        "rule's held-out intervals need the per-example records a rerun keeps")
 
 
 def chosen_methods(record: dict) -> dict[str, str]:

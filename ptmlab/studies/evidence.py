@@ -68,3 +68,9 @@ def evidence_of(record: Mapping) -> dict:
     """``record["evidence"]`` (empty when the result carries no records)."""
     ev = record.get("evidence")
     return dict(ev) if isinstance(ev, Mapping) else {}
+
+
+def recomputed_or_partly(record: Mapping, full: str, partly: str) -> tuple[str, str]:
+    """A ``recomputed_from`` answer: ``("recomputed", full)`` when ``record`` carries its per-example records, else
+    ``("partly recomputed", partly)``."""
+    return ("recomputed", full) if evidence_of(record) else ("partly recomputed", partly)
