@@ -21,9 +21,10 @@ class AnalysisInput:
 
 
 def load_analysis_input(model_name: str, cfg, attn_implementation: str | None = None,
-                        split: str | None = None) -> AnalysisInput:
+                        split: str | None = None, rows: Split | None = None) -> AnalysisInput:
     """The model (eval mode) and the labelled ``split`` (default ``cfg.split``) of ``cfg.task``, subset to
-    ``cfg.max_eval`` with ``cfg.seed`` (42 when the config has none)."""
+    ``cfg.max_eval`` with ``cfg.seed`` (42 when the config has none); ``rows`` (labelled rows of the task chosen by
+    the caller) instead of the split when given."""
     from ptmlab.data.taskdata import load_task_data
     from ptmlab.models.zoo import load_model, load_tokenizer
 
@@ -33,7 +34,7 @@ def load_analysis_input(model_name: str, cfg, attn_implementation: str | None = 
 
     refuse_multi_label(data.spec.kind, "the analyses", f"task '{data.spec.name}' has label sets; analyse a "
                                                        f"single-label task")
-    split = data.split(name)
+    split = data.split(name) if rows is None else rows
     if split.label is None:
         raise PtmlabError(f"the '{name}' split of task '{data.spec.name}' has no labels: analyse 'dev'")
     model = load_model(model_name, attn_implementation=attn_implementation).eval()

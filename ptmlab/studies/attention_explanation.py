@@ -24,6 +24,10 @@ attention does with gradients (paired per example, difference above 0); (3) perm
 whose output moves by a TVD below 0.05 is above one half. Supported when all three are; not supported when any
 part's interval lies wholly on the wrong side; inconclusive otherwise.
 
+``--explain heldout`` explains rows no run has read: training rows that no fine-tuning of seeds 0 to the largest
+seed reads, outside the dev split, of at least ``--min-words`` words and holding none of the fine-tuned phrases of
+three words or more (``heldout_rows``); the fine-tunings' own dev metric still decides the validity condition.
+
 On fine-tuned models (a run directory, or a zoo model fine-tuned here first: once per ``--seeds`` seed, the examples
 of every seed in the hierarchical bootstrap; ``--budget full``: seeds 0,1,2 and the whole dev set), per dev example:
 Kendall's tau between [CLS] attention (last layer, or the mean over layers) and gradient / leave-one-out importance,
@@ -95,6 +99,11 @@ class ExplanationStudyArgs(StudyArgs):
     permutations: int = opt(10, "attention permutations per example")
     epsilon: float = opt(0.01, "adversarial attention: largest output TVD allowed")
     adv_steps: int = opt(100, "adversarial attention: Adam steps per example (0: skip the adversarial section)")
+    explain: str = opt("dev", "rows to explain: dev (the task's dev split, --max-eval of them) or heldout (training "
+                              "rows no fine-tuning of seeds 0 to the largest seed reads, see HELDOUT)",
+                       choices=("dev", "heldout"))
+    min_words: int = opt(10, "--explain heldout: only training rows of at least this many words (sentences, not "
+                             "SST-2's phrases)")
     seed: int = opt(0, "seed")
     output: str = opt("runs/study-attention-explanation", "output directory")
     overwrite: bool = opt(False, "rerun a fine-tuning that already finished")
@@ -103,6 +112,7 @@ class ExplanationStudyArgs(StudyArgs):
         super().validate()
         at_least(self, 1, "permutations")
         at_least(self, 0, "adv_steps")
+        at_least(self, 1, "min_words")
         if not 0 < self.epsilon < 1:
             raise PtmlabError(f"--epsilon must be in (0, 1) (an output total variation distance), got {self.epsilon}")
 
@@ -139,8 +149,10 @@ def run(argv: list[str]) -> int:
             (plots.scatter([r["max_attention"] for r in res], list(tvd), "max [CLS] attention (last layer)",
                            "median output TVD", "permutation counterfactual"), "permutation",
              "output change when the last layer's attention is permuted")] + ([adv_fig] if adv_fig else [])
-    write_study(out, f"Study: attention vs explanation ({a.model} on {a.task})", rows, verdict, figs,
-                extra={"examples": res, "adversarial": adversarial, "fine_tuned_dev": _fine_tuned_dev(a, out, seeds)},
+    where = "held-out training rows" if a.explain == "heldout" else "dev"
+    write_study(out, f"Study: attention vs explanation ({a.model} on {a.task}, {where})", rows, verdict, figs,
+                extra={"explained": a.explain, "examples": res, "adversarial": adversarial,
+                       "fine_tuned_dev": _fine_tuned_dev(a, out, seeds)},
                 claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
 
@@ -183,10 +195,60 @@ def _explain_seed(a: ExplanationStudyArgs, out: Path, seed: int, seeds: list[int
     from ptmlab.analysis.explanation import explain
     from ptmlab.analysis.taskdata import load_analysis_input
 
-    inp = load_analysis_input(fine_tuned_model(a, out, seed, seeds), a, attn_implementation="eager", split="dev")
+    rows = heldout_rows(a, seeds) if a.explain == "heldout" else None
+    inp = load_analysis_input(fine_tuned_model(a, out, seed, seeds), a, attn_implementation="eager", split="dev",
+                              rows=rows)
     res = [{"seed": seed, **asdict(r)} for r in explain(inp.model, inp.enc, set(inp.tokenizer.all_special_ids),
                                                         a.permutations, seed)]
     return res, _adversarial_search(inp, a, seed) if a.adv_steps else None
+
+
+HELDOUT_SEED = 2026   # the draw of ``--explain heldout``'s rows, fixed before any run read them
+SHORTEST_SHARED = 3   # a held-out row contains no fine-tuning row of this many words or more
+
+
+def heldout_rows(a, seeds: list[int]):
+    """``--explain heldout``: ``--max-eval`` (0: all) rows of the task's training split that no fine-tuning of seeds
+    0 to ``max(seeds)`` reads at ``--max-train`` (the seeds of earlier runs among them), nor the dev split holds; of
+    at least ``--min-words`` words; and containing no row those fine-tunings read of ``SHORTEST_SHARED`` words or
+    more (SST-2's training rows are phrases of its sentences: a held-out sentence whose labelled phrases were
+    trained on is not fresh). Drawn with ``HELDOUT_SEED``."""
+    from ptmlab.data.loaders import load_task, subset
+
+    data = load_task(a.task, a.glue_dir)
+    train, dev = data.splits["train"], data.splits.get("dev")
+    read = set()
+    for s in range(max(max(seeds), 0) + 1):
+        read.update(t.strip() for t in subset(train, a.max_train, s).text)
+    seen = read | {t.strip() for t in (dev.text if dev is not None else [])}
+    phrases = {t for t in read if len(t.split()) >= SHORTEST_SHARED}
+
+    def fresh(text: str) -> bool:
+        words = text.split()
+        if len(words) < a.min_words or text.strip() in seen:
+            return False
+        return not any(" ".join(words[i:j]) in phrases
+                       for i in range(len(words)) for j in range(i + SHORTEST_SHARED, len(words) + 1))
+
+    keep = [i for i, t in enumerate(train.text) if fresh(t)]
+    if not keep:
+        raise PtmlabError(f"--explain heldout: no training row of task '{a.task}' is outside every fine-tuning's "
+                          f"subset with at least {a.min_words} words: lower --max-train or --min-words")
+    return subset(train.select(keep), a.max_eval, HELDOUT_SEED)
+
+
+def data_split(cfg) -> dict:
+    """What the preregistration adds to the rows it hashes: with ``--explain heldout``, the explained rows."""
+    import hashlib
+
+    if getattr(cfg, "explain", "dev") != "heldout":
+        return {}
+    try:
+        rows = heldout_rows(cfg, [int(s) for s in cfg.seeds] or [cfg.seed])
+    except (PtmlabError, OSError, ValueError) as e:
+        return {"explained": {"note": f"not at hand here ({str(e).splitlines()[0][:120]})"}}
+    ids = "\n".join(str(i) for i in rows.ids) if rows.ids else "\n".join(rows.text)
+    return {"explained": {"rows": "heldout", "examples": len(rows), "sha256": hashlib.sha256(ids.encode()).hexdigest()}}
 
 
 def _adversarial_search(inp, a: ExplanationStudyArgs, seed: int):

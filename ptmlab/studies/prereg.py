@@ -211,7 +211,10 @@ def data_split(cfg) -> dict:
         return {"note": "no task option: the data is named by the options"}
     out: dict = {"task": task}
     try:
-        data = load_task(task, getattr(cfg, "glue_dir", None))
+        data = load_task(task, getattr(cfg, "glue_dir", None), getattr(cfg, "train_file", None),
+                         getattr(cfg, "dev_file", None), getattr(cfg, "test_file", None),
+                         getattr(cfg, "text_col", "text"), getattr(cfg, "text_pair_col", None),
+                         getattr(cfg, "label_col", "label"), getattr(cfg, "label_kind", "auto"))
     except (PtmlabError, OSError, ValueError) as e:
         return {**out, "note": f"the task's data is not at hand here ({str(e).splitlines()[0][:120]}): its options "
                                "name it"}
