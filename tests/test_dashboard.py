@@ -249,25 +249,37 @@ def _readme(path: Path) -> Path:
 
 
 def test_claims_table_in_the_readme(results, tmp_path):
+    """The full table goes to docs/claims.md beside the README; the README keeps the counts, the plot and a link."""
     root, expected = results
     readme = _readme(tmp_path / "README.md")
     assert update_readme(readme, root) is True
     text = readme.read_text()
     assert "old table" not in text and text.endswith(f"{END}\n\nafter\n")
-    table = [line for line in text.splitlines() if line.startswith("| ")]
+    section = text.split(START)[1].split(END)[0]
+    assert not [line for line in section.splitlines() if line.startswith("| ")]  # no table in the README
+    assert f"{len(NAMES)} claims" in section and "](docs/claims.md)" in section and "forest.svg)" in section
+    assert "1 supported" in section and "exploratory" in section
+    page = (tmp_path / "docs" / "claims.md").read_text()
+    assert "Q18/Q20" in page and "How to read the table" in page  # the legend explains the source codes
+    table = [line for line in page.splitlines() if line.startswith("| ")]
     assert len(table) == 1 + len(NAMES)
     rows = {re.search(r"`([^`]+)`", line).group(1): line for line in table[1:]}
     a, b, c, d = NAMES[:4]
     est = expected[a][1]
-    assert f"{est.value:.4f} [{est.low:.4f}, {est.high:.4f}]" in rows[a] and "**supported**" in rows[a]
+    assert f"{est.metric}: {est.value:.4f} [{est.low:.4f}, {est.high:.4f}]" in rows[a]  # says what it measures
+    assert "**supported**" in rows[a]
     assert rows[a].count(" | ") == 7  # eight columns, "could detect" among them
     assert f"({Path(root.name) / a / 'results.json'})" in rows[a].replace("../", "")
     assert f"**{expected[b][0]}**" in rows[b] and "**inconclusive**" in rows[c]
     assert "**unrated**: the old style verdict." in rows[d] and "two sentences" not in rows[d]
-    assert all("**not run**" in rows[n] for n in NAMES[5:])
+    assert all("**not run**" in rows[n] and "| no results |" in rows[n] for n in NAMES[5:])
     assert update_readme(readme, root) is False  # idempotent
-    readme.write_text(readme.read_text().replace("**supported**", "**made up**"))
-    assert update_readme(readme, root, write=False) is True and "made up" in readme.read_text()
+    readme.write_text(readme.read_text().replace("1 supported", "7 supported"))
+    assert update_readme(readme, root, write=False) is True and "7 supported" in readme.read_text()
+    assert update_readme(readme, root) is True and update_readme(readme, root) is False
+    claims = tmp_path / "docs" / "claims.md"
+    claims.write_text(claims.read_text().replace("**supported**", "**made up**"))
+    assert update_readme(readme, root, write=False) is True and "made up" in claims.read_text()
     bare = tmp_path / "bare.md"
     bare.write_text("# no markers\n")
     with pytest.raises(PtmlabError, match="claims:start"):
@@ -296,16 +308,19 @@ def test_claims_table_script(results, tmp_path):
     assert subprocess.run([*script, "--check"], capture_output=True, cwd=ROOT).returncode == 0
     missing = subprocess.run([*script[:3], str(tmp_path / "none.md")], capture_output=True, text=True, cwd=ROOT)
     assert missing.returncode == 2 and missing.stderr.startswith("error:") and "Traceback" not in missing.stderr
+    (tmp_path / "docs" / "claims.md").write_text("edited by hand\n")
+    assert subprocess.run([*script, "--check"], capture_output=True, cwd=ROOT).returncode == 1
 
 
 def test_the_readme_quotes_the_committed_results():
-    """The README's Claims section is what ``studies/results`` gives today: a result committed without rerunning
-    ``scripts/claims_table.py`` (or a hand edit of the table) fails here. Checked in a fresh process (``--check``
-    only compares): inside the test session other tests register studies of their own."""
+    """The README's Claims section and docs/claims.md are what ``studies/results`` gives today: a result committed
+    without rerunning ``scripts/claims_table.py`` (or a hand edit of the table) fails here. Checked in a fresh
+    process (``--check`` only compares): inside the test session other tests register studies of their own."""
     before = (ROOT / "README.md").read_text()
     check = subprocess.run([sys.executable, str(ROOT / "scripts" / "claims_table.py"), "--check"],
                            capture_output=True, text=True, cwd=ROOT)
-    assert check.returncode == 0, f"README.md's Claims section is out of date: run python scripts/claims_table.py " \
+    assert check.returncode == 0, "README.md's Claims section or docs/claims.md is out of date: run python " \
+                                  f"scripts/claims_table.py " \
                                   f"({check.stdout.strip()} {check.stderr.strip()})"
     entries = {e.study: e for e in load_entries(ROOT / "studies" / "results")}
     # the studies run at the papers' model size have full-budget results with at least three seeds (compression's

@@ -9,8 +9,9 @@ the full reason and validity block folded under "details"; one that still writes
 "unrated", with its claim taken from the module's ``Claim`` or the registry's one-line help. Plots are copied next
 to the page and linked relatively, so the page works from a file, a static server or a CI artifact alike.
 
-The same rows become the Markdown table of the README's "Claims" section (``markdown_table``, ``update_readme``),
-so the README quotes the committed results instead of numbers copied by hand.
+The same rows become the Markdown table of docs/claims.md, and their counts the README's "Claims" section
+(``markdown_table``, ``claims_page``, ``claims_summary``, ``update_readme``), so neither page quotes numbers copied
+by hand.
 """
 
 from __future__ import annotations
@@ -393,6 +394,42 @@ def _first_sentence(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
 
 
+def _ours_md(e: Entry) -> str:
+    """The "ours" cell: what is measured, then the number with its interval and how the interval was obtained; a
+    claim of parts without numbers says so and gives each part's finding instead of a bare "-"."""
+    if e.study_dir is None:
+        return "no results"
+    if e.estimate and _interval(e.estimate):
+        return _estimate_md(e.estimate)
+    ests = [p["estimate"] for p in e.parts if isinstance(p.get("estimate"), dict) and _interval(p["estimate"])]
+    if ests:
+        return "; ".join(_estimate_md(est) for est in ests)
+    found = [f"{p['part']}: {_first_sentence(str(p.get('reason') or '-'), 400)}" for p in e.parts if p.get("part")]
+    if found:
+        return "no single number; " + "; ".join(found)
+    return "no number recorded"
+
+
+def _estimate_md(est: dict) -> str:
+    """"what: 0.0002 [-0.0149, 0.0153] (how)"; a number without an interval gives its method in place of
+    "(no interval)"."""
+    number, what, method = _interval(est), est.get("metric"), est.get("method")
+    if method and number.endswith(" (no interval)"):
+        number = number[:-len(" (no interval)")]
+    text = f"{what}: {number}" if what else number
+    return f"{text} ({method})" if method else text
+
+
+def _detect_md(e: Entry) -> str:
+    text = e.power_text()
+    if text:
+        return text
+    if e.study_dir is None:
+        return "no results"
+    return "no interval to judge it by" if e.estimate and " (no interval)" in _interval(e.estimate) else \
+        "not computed for this design"
+
+
 def markdown_table(entries: list[Entry], link_from: Path | None = None) -> str:
     """The dashboard as a Markdown table; study names link to their results.json relative to ``link_from``."""
     lines = ["| study | source | claim | paper | ours [95% interval] | could detect | verdict | budget; seeds |",
@@ -402,38 +439,83 @@ def markdown_table(entries: list[Entry], link_from: Path | None = None) -> str:
         if e.study_dir is not None and link_from is not None:
             rel = Path(os.path.relpath(e.study_dir / "results.json", link_from)).as_posix()
             name = f"[`{e.study}`]({rel})"
-        ours = f"{e.ours()} ({e.spread()})" if e.ours() and e.spread() else e.ours() or "-"
         verdict = f"**{e.outcome}**" + (f" ({e.status()})" if e.status() else "")
         if e.part_outcomes() and e.outcome not in ("cannot test", UNRATED, FAILED):
             verdict += f"; by part: {e.part_outcomes()}"
         if e.outcome in (UNRATED, FAILED) and e.verdict:
             verdict += f": {_first_sentence(e.verdict)}"
         elif e.outcome == "cannot test":
-            verdict += f": {e.headline()}"
+            verdict += f": the number beside it is no evidence either way; unmet: {e.headline()}"
         run = e.run_text() if e.study_dir is not None else "-"
-        cells = [name, _md(e.source) or "-", _md(e.claim), _md(e.paper) or "-", _md(ours), _md(e.power_text()) or "-",
+        cells = [name, _md(e.source) or "-", _md(e.claim), _md(e.paper) or "-", _md(_ours_md(e)), _md(_detect_md(e)),
                  _md(verdict), _md(run)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def claims_section(entries: list[Entry], link_from: Path | None, results_label: str, forest: str = "") -> str:
-    ran = sum(e.study_dir is not None for e in entries)
+def outcome_counts(entries: list[Entry]) -> dict[str, int]:
+    """How many studies have each outcome, the four verdicts first (zeros kept), then any other state."""
+    counts = {k: 0 for k in ("supported", "not supported", "inconclusive", "cannot test")}
+    for e in entries:
+        counts[e.outcome] = counts.get(e.outcome, 0) + 1
+    return counts
+
+
+FOREST_ALT = ("Forest plot: every claim's effect and 95% interval on its own scale, the rule's line dashed, the band "
+              "the run could not resolve shaded, the paper's effect a diamond; filled and solid: confirmatory, hollow "
+              "and dashed: exploratory")
+
+
+def claims_summary(entries: list[Entry], forest: str, claims_link: str) -> str:
+    """The README's few generated lines: the forest plot, the counts of each outcome and of confirmatory results,
+    and the link to the full table."""
+    ran = [e for e in entries if e.study_dir is not None]
+    counts = ", ".join(f"{v} {k}" for k, v in outcome_counts(entries).items())
     confirmed = sum(e.status() == "confirmatory" for e in entries)
-    picture = (f"![Forest plot: every claim's effect and 95% interval on its own scale, the rule's line dashed, the "
-               f"band the run could not resolve shaded, the paper's effect a diamond; filled and solid: "
-               f"confirmatory, hollow and dashed: exploratory]({forest})\n\n") if forest else ""
-    return (picture + f"Generated by `python scripts/claims_table.py` from `{results_label}` ({ran} of {len(entries)} "
-            "registered studies have results); do not edit by hand. Four outcomes: supported, not supported, "
-            "inconclusive, and cannot test (a validity condition of the study is unmet on the run's own numbers, so "
-            "its comparison says nothing about the claim). \"could detect\": the smallest effect the run would have "
-            "found at its noise; \"underpowered\": an inconclusive run that could not have found the paper's effect. "
-            "Rules and conditions: [docs/studies.md](docs/studies.md). \"+ own options\": the run changed what the "
-            "budget measures (another grid, task or data); its command is in its results.json. \"confirmatory\": "
-            "the run's design, rule and data were preregistered in a commit before it started "
-            f"(`ptmlab study preregister`); \"exploratory\": anything else ({confirmed} of {ran} results are "
-            "confirmatory).\n\n"
-            + markdown_table(entries, link_from))
+    picture = f"![{FOREST_ALT}]({forest})\n\n" if forest else ""
+    return (picture + f"{len(entries)} claims, {len(ran)} with committed results: {counts}. {confirmed} "
+            f"confirmatory (design, rule and data preregistered before the run), {len(ran) - confirmed} exploratory. "
+            f"Every claim with its source, the paper's number, ours with its interval and the reason for its verdict: "
+            f"[{claims_link}]({claims_link}). Generated by `python scripts/claims_table.py`; do not edit by hand.\n")
+
+
+LEGEND = """\
+How to read the table:
+
+- **source**: where the claim comes from. `Q1` to `Q21` are the questions of the article "21 questions on NLP
+  transfer learning" (`Q18/Q20` or `Q10, Q11`: a claim that several questions make); `ACL 2021` is a paper covered
+  by the article "ACL 2021: pre-trained models". After the semicolon: the papers that state the claim and give the
+  paper's number.
+- **paper**: what the paper reports, in its own setting (usually a larger model and the full task).
+- **ours [95% interval]**: what the run measured, then its number and 95% interval, then how the interval was
+  obtained (over seeds, examples or both). A claim of several parts gives one number per part. The number of a
+  *cannot test* row is printed for completeness only.
+- **could detect**: the smallest effect the run would have found at its noise, one figure per part for a claim of
+  parts (`-`: a part whose test gives no such figure); *underpowered*: an inconclusive run that could not have
+  found the paper's effect.
+- **verdict**: *supported*, *not supported*, *inconclusive* (the interval crosses the rule's line), or *cannot test*
+  (a validity condition of the study is unmet on the run's own numbers, e.g. a model at chance or a teacher no
+  better than its student; the first unmet condition is quoted). *confirmatory*: the run's design, rule and data
+  were preregistered in a commit before it started (`ptmlab study preregister`); *exploratory*: anything else.
+- **budget; seeds**: the study's budget (`small`, `default`, `full`, `gpu`) and seeds; *+ own options*: the run
+  also changed what the budget measures (another grid, task or data), and its command is in its results.json.
+
+Rules and validity conditions: [studies.md](studies.md).
+"""
+
+
+def claims_page(entries: list[Entry], link_from: Path | None, results_label: str, forest: str = "") -> str:
+    """The whole of docs/claims.md: what the page is, the forest plot, the legend and the full table."""
+    ran = sum(e.study_dir is not None for e in entries)
+    picture = f"![{FOREST_ALT}]({forest})\n\n" if forest else ""
+    counts = ", ".join(f"{v} {k}" for k, v in outcome_counts(entries).items())
+    return ("# Claims and verdicts\n\n"
+            "Each claim of the source articles is a study that runs on your own model and data "
+            "(`ptmlab study NAME`); this page lists the verdicts of the committed runs. Generated by "
+            f"`python scripts/claims_table.py` from `{results_label}` ({ran} of {len(entries)} registered studies "
+            f"have results: {counts}); do not edit by hand. `ptmlab study dashboard --results studies/results "
+            "--output D` draws the same as one HTML page with each study's plots.\n\n"
+            + picture + LEGEND + "\n" + markdown_table(entries, link_from))
 
 
 def replace_section(text: str, section: str) -> str:
@@ -444,26 +526,36 @@ def replace_section(text: str, section: str) -> str:
     return text[:start + len(START)] + "\n" + section.rstrip("\n") + "\n" + text[end:]
 
 
-def update_readme(readme: Path, results_dir: Path, studies: Registry | None = None, write: bool = True) -> bool:
-    """Regenerate the Claims section of ``readme`` from ``results_dir``, and the forest plot it opens with
-    (``results_dir/forest.svg``); True when either changed (written only with ``write``, so ``write=False`` checks
-    that both are up to date)."""
+def _rel(path: Path, start: Path) -> str:
+    return Path(os.path.relpath(path, start)).as_posix()
+
+
+def update_readme(readme: Path, results_dir: Path, studies: Registry | None = None, write: bool = True,
+                  claims: Path | None = None) -> bool:
+    """Regenerate the claims summary of ``readme`` (between the claims markers), the full table in ``claims``
+    (default ``docs/claims.md`` beside the README) and the forest plot both open with (``results_dir/forest.svg``);
+    True when any of them changed (written only with ``write``, so ``write=False`` checks that all are up to
+    date)."""
     readme, results_dir = Path(readme), Path(results_dir)
+    claims = Path(claims) if claims is not None else readme.parent / "docs" / "claims.md"
     if not readme.is_file():
         raise PtmlabError(f"README '{readme}' not found: give the path of the README with the claims markers")
     entries = load_entries(results_dir, studies)
-    label = os.path.relpath(results_dir, readme.parent)
     svg_path = results_dir / FOREST_FILE
     svg = forest_svg(entries)
     old = readme.read_text(encoding="utf-8")
-    new = replace_section(old, claims_section(entries, readme.parent, Path(label).as_posix() + "/",
-                                              Path(label, FOREST_FILE).as_posix()))
+    new = replace_section(old, claims_summary(entries, _rel(svg_path, readme.parent), _rel(claims, readme.parent)))
+    page_old = claims.read_text(encoding="utf-8") if claims.is_file() else None
+    page = claims_page(entries, claims.parent, _rel(results_dir, claims.parent) + "/", _rel(svg_path, claims.parent))
     svg_old = svg_path.read_text(encoding="utf-8") if svg_path.is_file() else None
     if write and new != old:
         atomic_write_text(readme, new)
+    if write and page != page_old:
+        claims.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(claims, page)
     if write and svg != svg_old:
         atomic_write_text(svg_path, svg)
-    return new != old or svg != svg_old
+    return new != old or page != page_old or svg != svg_old
 
 
 # ------------------------------------------------------------------------------------------------ the forest plot
