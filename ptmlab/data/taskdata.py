@@ -11,7 +11,7 @@ import random
 
 from ptmlab.core.errors import PtmlabError
 from ptmlab.data.loaders import TaskData, load_source, load_span_task, load_task, subset
-from ptmlab.data.tasks import SPAN_KINDS
+from ptmlab.data.tasks import EMBEDDING, SPAN_KINDS
 
 
 def load_task_data(cfg, *, need_train: bool = True, source=None) -> TaskData:
@@ -20,7 +20,11 @@ def load_task_data(cfg, *, need_train: bool = True, source=None) -> TaskData:
     ``cfg``'s columns, label kind and splits instead of what ``cfg.task`` names."""
     splits = dict(train_split=getattr(cfg, "train_split", "train"), eval_split=getattr(cfg, "eval_split", None))
     kind = getattr(cfg, "task_kind", None)
-    if source is not None and kind in SPAN_KINDS:
+    if kind == EMBEDDING:  # pairs, triplets, scored pairs or retrieval data (data/embedding.py)
+        from ptmlab.data.embedding import load_embedding_task
+
+        data = load_embedding_task(cfg, source)
+    elif source is not None and kind in SPAN_KINDS:
         data = load_span_task(kind, cfg.task, {}, cfg.text_col, cfg.label_col, source=source)
     elif source is not None:
         data = load_source(source, cfg.task, cfg.text_col, cfg.text_pair_col, cfg.label_col, cfg.label_kind,
@@ -41,6 +45,10 @@ def load_task_data(cfg, *, need_train: bool = True, source=None) -> TaskData:
         cut = max(1, len(idx) // 10)
         data.splits["dev"] = train.select(idx[:cut])
         data.splits["train"] = train.select(idx[cut:])
+        if kind == EMBEDDING:  # the carved dev split decides the metrics (scores: Spearman; else retrieval)
+            from ptmlab.data.embedding import embedding_spec
+
+            data.spec = embedding_spec(data.spec.name, data.splits["dev"])
     if need_train:
         data.splits["train"] = subset(data.splits["train"], cfg.max_train, seed)
         if len(data.splits["train"]) == 0:
@@ -71,6 +79,6 @@ def label_names(data: TaskData) -> list[str] | None:
     """Class names of a classification task, tag names of a token classification task (None for regression and
     extractive QA)."""
     spec = data.spec
-    if spec.kind in ("regression", "extractive-qa"):
+    if spec.kind in ("regression", "extractive-qa", EMBEDDING):
         return None
     return list(spec.extra.get("label_names") or spec.labels)

@@ -75,7 +75,8 @@ _add(TaskSpec("squad", "extractive-qa", (), ("f1", "exact_match"), text_col="que
               description="SQuAD v1.1 extractive QA (dev scored with EM/F1)"))
 
 SPAN_KINDS = ("token-classification", "extractive-qa")  # task kinds whose labels are not one per example
-TASK_KINDS = ("sentence", *SPAN_KINDS)  # --task-kind: sentence tasks take --label-kind for their label column
+EMBEDDING = "embedding"  # sentence vectors trained from pairs, triplets or scored pairs (data/embedding.py)
+TASK_KINDS = ("sentence", *SPAN_KINDS, EMBEDDING)  # --task-kind: sentence tasks take --label-kind for their labels
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "wnli")
 

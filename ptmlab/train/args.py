@@ -12,6 +12,7 @@ from ptmlab.core.config import Validated, at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.data.labels import KIND_CHOICES
 from ptmlab.data.tasks import TASK_KINDS
+from ptmlab.train.embedding_args import EmbeddingTrainArgs
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,9 @@ class DataArgs(Validated):
     task_kind: str = opt("sentence", "what --train-file data holds: sentence (one label per text or pair; "
                                      "--label-kind), token-classification (tagged words: CoNLL columns, or token "
                                      "and tag lists) or extractive-qa (question, context and answers: SQuAD JSON "
-                                     "or tables); built-in tasks know their kind", choices=list(TASK_KINDS))
+                                     "or tables) or embedding (anchor/positive pairs, triplets, sentence1/sentence2/"
+                                     "score pairs or query/positive: a sentence embedder, docs/tasks.md); built-in "
+                                     "tasks know their kind", choices=list(TASK_KINDS))
     doc_stride: int = opt(128, "extractive QA: tokens shared by consecutive windows of a context longer than "
                                "--max-length (which defaults to 384 there)")
     label_all_subtokens: bool = opt(False, "token classification: label every sub-token of a word, not only the "
@@ -251,11 +254,12 @@ class MultiTaskArgs:
 
 
 @dataclass(frozen=True)
-class FinetuneConfig(TrainArgs, LongArgs, MultiTaskArgs, DataArgs, ModelArgs):  # flags: model, data, ..., training
+class FinetuneConfig(TrainArgs, EmbeddingTrainArgs, LongArgs, MultiTaskArgs, DataArgs, ModelArgs):  # model first
     revision: str | None = opt(None, "hub models: the branch, tag or commit to load (same as MODEL@REVISION)",
                                group="model")
 
     def validate(self) -> None:
+        self.validate_embedding()
         self.validate_tasks()
         self.validate_model()
         self.validate_data()

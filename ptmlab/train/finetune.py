@@ -42,6 +42,14 @@ def run_finetune(cfg: FinetuneConfig, resume: bool = False, command: str = "fine
             raise PtmlabError("multi-task fine-tuning (tasks=...) reads each task by name: drop the data object")
 
         return run_multitask_finetune(cfg, resume=resume, command=command, loss_fn=loss_fn)
+    if getattr(cfg, "task_kind", None) == "embedding":  # a sentence embedder (ptmlab.train.embedding)
+        from ptmlab.train.embedding import run_embedding_finetune
+
+        if loss_fn is not None or evaluator is not None:
+            from ptmlab.core.errors import PtmlabError
+
+            raise PtmlabError("--task-kind embedding trains with its own loss and evaluation: drop loss_fn/evaluator")
+        return run_embedding_finetune(cfg, resume=resume, command=command, source=source)
     session = prepare_run(cfg, command, resume=resume)
     data = load_task_data(cfg, source=source)  # all input checks happen before anything is written
     tokenizer = load_tokenizer(with_revision(cfg.model, getattr(cfg, "revision", None)))
