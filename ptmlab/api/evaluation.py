@@ -9,10 +9,11 @@ from pathlib import Path
 from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.train.args import PRECISION_HELP, PRECISIONS, DataArgs, LongArgs
+from ptmlab.train.embedding_args import EmbeddingDataArgs
 
 
 @dataclass(frozen=True)
-class EvaluateConfig(LongArgs, DataArgs):
+class EvaluateConfig(EmbeddingDataArgs, LongArgs, DataArgs):
     split: str = opt("dev", "split to evaluate: dev, test or train")
     eval_batch_size: int = opt(128, "batch size")
     precision: str = opt("auto", f"{PRECISION_HELP}; auto as finetune, so a run's dev metric is reproduced on the "
@@ -23,6 +24,7 @@ class EvaluateConfig(LongArgs, DataArgs):
     def validate(self) -> None:
         self.validate_data()
         self.validate_long()
+        self.validate_embedding_data()
         at_least(self, 1, "eval_batch_size")
 
 
@@ -31,7 +33,7 @@ class EvaluateConfig(LongArgs, DataArgs):
 _DATA_SOURCE = ("task", "glue_dir", "train_file", "dev_file", "test_file")
 # how a run read its own data: what new files for it are read with unless given
 _READING = ("text_col", "text_pair_col", "label_col", "label_kind", "task_kind", "max_length", "doc_stride",
-            "label_all_subtokens")
+            "label_all_subtokens", "score_min", "score_max")
 
 
 def run_data_defaults(model: str, given) -> dict:
@@ -55,7 +57,8 @@ def run_data_defaults(model: str, given) -> dict:
             any(recorded.get(f) for f in _DATA_SOURCE[2:])):
         raise PtmlabError(f"run '{model}' was trained on data held in memory, which it does not keep: pass the "
                           f"data to evaluate on (data=... in Python, --dev-file on the command line)")
-    names = {f.name for f in dataclasses.fields(DataArgs)} | {f.name for f in dataclasses.fields(LongArgs)} | {"seed"}
+    names = {f.name for f in dataclasses.fields(DataArgs)} | {f.name for f in dataclasses.fields(LongArgs)} | {"seed"} \
+        | {f.name for f in dataclasses.fields(EmbeddingDataArgs)}
     taken = {n: recorded[n] for n in names if n in recorded and n not in given}
     if "task" in taken:
         subset = f"first {taken['max_eval']} after a seed-{taken.get('seed')} shuffle" if taken.get("max_eval") \
@@ -89,6 +92,8 @@ def _evaluate_one(model_name: str, cfg: EvaluateConfig, source) -> dict:
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.train.evaluate import evaluate, resolve_precision
 
+    if cfg.task_kind == "embedding":  # a sentence embedder: Spearman of cosines, or recall@k and MRR
+        return _evaluate_embedding(model_name, cfg, source)
     data = load_task_data(cfg, need_train=False, source=source)
     split = data.split(cfg.split)
     if all(getattr(split, f, None) is None for f in ("label", "tags", "answers")):  # labels, tags or answers
@@ -121,6 +126,21 @@ def _evaluate_one(model_name: str, cfg: EvaluateConfig, source) -> dict:
     result = {"model": model_name, "task": spec.name, "split": cfg.split, "examples": len(split),
               "long_strategy": cfg.long_strategy, "metrics": metrics}
     return result
+
+
+def _evaluate_embedding(model_name: str, cfg: EvaluateConfig, source) -> dict:
+    """An embedding run (or any encoder, pooled as its sentence-transformers config says, else mean) on embedding
+    data: scored pairs give Spearman and Pearson of cosine vs gold, other data recall@1/5/10 and MRR."""
+    from ptmlab.data.taskdata import load_task_data
+    from ptmlab.distill.embeddings import load_sentence_model
+    from ptmlab.train.embedding import embedding_metrics
+
+    data = load_task_data(cfg, need_train=False, source=source)
+    split = data.split(cfg.split)
+    model, tokenizer = load_sentence_model(model_name)
+    metrics, _ = embedding_metrics(model.eval(), tokenizer, split, cfg.max_length, cfg.eval_batch_size)
+    return {"model": model_name, "task": data.spec.name, "split": cfg.split, "examples": len(split),
+            "kind": "embedding", "layout": split.layout, "pooling": model.describe(), "metrics": metrics}
 
 
 def _in_model_label_order(model, data) -> None:

@@ -80,6 +80,11 @@ class Run:
         from ptmlab.train.predict import model_head, predict_split, prediction_split, run_columns
         from ptmlab.train.spans import span_kind
 
+        if self.is_embedding:  # a sentence embedder: {"embedding": [...]} per text
+            from ptmlab.train.embedding import embedding_predictions
+
+            return embedding_predictions(self.embed(texts, pairs, batch_size=batch_size, max_length=max_length,
+                                                    precision=precision, text_col=text_col))
         if span_kind(self.path) is not None:  # a tagger or a QA run: ptmlab.predict's span path
             from ptmlab.api.verbs import predict
 
@@ -93,6 +98,41 @@ class Run:
         head = model_head(self.model, task)
         return predict_split(self.model, self.tokenizer, split, head, max_length or self.max_length, batch_size,
                              precision)
+
+    @property
+    def is_embedding(self) -> bool:
+        """Whether the run holds a sentence embedder (``--task-kind embedding``, ``distill-embeddings``)."""
+        from ptmlab.train.embedding import is_embedding_dir
+
+        return is_embedding_dir(self.path)
+
+    @cached_property
+    def sentence_model(self):
+        """An embedding run's model: encoder, pooling and normalisation (``distill.embeddings.SentenceEncoder``)."""
+        if not self.is_embedding:
+            raise PtmlabError(f"run '{self.path}' holds no sentence embedder: its model answers labels or scores; "
+                              f"use predict()")
+        from ptmlab.distill.embeddings import load_sentence_model
+
+        model, _ = load_sentence_model(str(self.path))
+        return model.eval()
+
+    def embed(self, texts, pairs=None, *, batch_size: int = 128, max_length: int | None = None,
+              precision: str = "fp32", text_col: str | None = None):
+        """An embedding run's vectors for ``texts`` (what ``predict`` takes: a text, a list, a DataFrame, a
+        Dataset, a data file) as a float32 numpy array [n, dim], L2-normalised as the model's pipeline makes them;
+        ``predict`` returns the same vectors as ``{"embedding": [...]}`` per text."""
+        from ptmlab.train.embedding import embed_texts
+        from ptmlab.train.evaluate import resolve_precision
+        from ptmlab.train.predict import prediction_split
+
+        if pairs is not None:
+            raise PtmlabError("an embedding model embeds one text at a time: drop pairs")
+        split = prediction_split(texts, text_col or "text", None)
+        if split.text_pair is not None:
+            raise PtmlabError("an embedding model embeds one text at a time: pass single texts, not pairs")
+        return embed_texts(self.sentence_model, self.tokenizer, split.text, max_length or self.max_length,
+                           batch_size, resolve_precision(precision))
 
     def evaluate(self, data: Any = None, **options) -> dict:
         """``ptmlab.evaluate(self, data, **options)``: metrics on the run's own task unless told otherwise."""

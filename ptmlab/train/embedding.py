@@ -216,3 +216,42 @@ def run_embedding_finetune(cfg, resume: bool = False, command: str = "finetune",
                              "dimension": int(model.config.hidden_size),
                              "gradient_cache": cfg.mini_batch_size or None}}
     return finish_run(session, fit, tokenizer, data, summary)
+
+
+def is_embedding_dir(path) -> bool:
+    """A directory holding a sentence embedder: the sentence-transformers layout (``modules.json`` with a pooling
+    module) over a bare encoder (an embedding run, a ``distill-embeddings`` run, a sentence-transformers folder)."""
+    import json
+    from pathlib import Path
+
+    p = Path(str(path)).expanduser()
+    try:
+        modules = json.loads((p / "modules.json").read_text(encoding="utf-8"))
+        arch = (json.loads((p / "config.json").read_text(encoding="utf-8")).get("architectures") or [""])[0]
+    except (OSError, ValueError, AttributeError):
+        return False
+    pooled = isinstance(modules, list) and any(str(m.get("type", "")).endswith("Pooling") for m in modules
+                                               if isinstance(m, dict))
+    return pooled and not any(arch.endswith(h) for h in ("ForSequenceClassification", "ForTokenClassification",
+                                                          "ForQuestionAnswering"))
+
+
+def embed_texts(model, tokenizer, texts: list[str], max_length: int = 128, batch_size: int = 128,
+                precision: str = "fp32", bar: bool = False):
+    """Sentence vectors (float32 [n, dim]) as the model's pipeline makes them (normalised when it normalises)."""
+    import numpy as np
+
+    from ptmlab.data.encode import encode_split
+    from ptmlab.data.loaders import Split
+    from ptmlab.train.evaluate import predict_logits
+
+    if not texts:
+        return np.zeros((0, int(model.config.hidden_size)), dtype=np.float32)
+    enc = encode_split(tokenizer, Split(list(texts)), max_length, use_cache=False)
+    return predict_logits(model, enc, tokenizer.pad_token_id or 0, batch_size, precision, desc="embed",
+                          bar=bar).astype(np.float32)
+
+
+def embedding_predictions(vectors) -> list[dict]:
+    """``{"embedding": [...]}`` per text: what ``ptmlab predict``, ``Run.predict`` and ``ptmlab serve`` answer."""
+    return [{"embedding": [float(x) for x in row]} for row in vectors]

@@ -253,6 +253,10 @@ def predict_config(run_dir: str, cfg: PredictConfig, source=None) -> list[dict]:
             raise PtmlabError(f"'{out_file}' exists: choose another --output or pass --overwrite")
         if Path(cfg.output).exists() and not Path(cfg.output).is_dir():
             raise PtmlabError(f"--output '{cfg.output}' is a file: pass a directory")
+    from ptmlab.train.embedding import is_embedding_dir
+
+    if is_embedding_dir(run_dir):  # a sentence embedder: one vector per text
+        return _predict_embeddings(run_dir, cfg, run_cfg, text_col, source, out_file)
     kind = span_kind(run_dir)
     if kind is not None:  # a tagger (tags per word) or a span extractor (answers with character offsets)
         preds = predict_spans(run_dir, kind, cfg, run_cfg, source)
@@ -270,6 +274,26 @@ def predict_config(run_dir: str, cfg: PredictConfig, source=None) -> list[dict]:
                           bar=True)
     if out_file is not None:
         write_predictions_file(out_file, split, preds, head)
+    return preds
+
+
+def _predict_embeddings(run_dir: str, cfg: PredictConfig, run_cfg: dict, text_col: str, source, out_file) -> list[dict]:
+    """``{"embedding": [...]}`` per text of ``cfg.input`` (its text column) or ``source``: single texts only."""
+    from ptmlab.distill.embeddings import load_sentence_model
+    from ptmlab.train.embedding import embed_texts, embedding_predictions
+    from ptmlab.train.evaluate import resolve_precision
+
+    if cfg.text_pair_col:
+        raise PtmlabError("an embedding model embeds one text at a time: drop --text-pair-col")
+    split = file_split(cfg.input, text_col, None) if cfg.input else prediction_split(source, text_col, None)
+    if split.text_pair is not None:
+        raise PtmlabError("an embedding model embeds one text at a time: pass single texts, not pairs")
+    model, tokenizer = load_sentence_model(run_dir)
+    vectors = embed_texts(model, tokenizer, split.text, cfg.max_length or int(run_cfg.get("max_length") or 128),
+                          cfg.eval_batch_size, resolve_precision(cfg.precision), bar=True)
+    preds = embedding_predictions(vectors)
+    if out_file is not None:
+        write_predictions_file(out_file, split, preds, Head(None, "embedding", []))
     return preds
 
 
@@ -294,7 +318,7 @@ def write_predictions_file(path: Path, split: Split, preds: list[dict], head: He
         return
     buf = io.StringIO()
     fields = list(rows[0].keys() - {"probabilities"}) if rows else ["index", "text"]
-    fields = [f for f in ("index", "text", "text_pair", "label", "labels", "score") if f in fields]
+    fields = [f for f in ("index", "text", "text_pair", "label", "labels", "score", "embedding") if f in fields]
     fields += [f"prob_{name}" for name in head.labels]
     writer = csv.DictWriter(buf, fieldnames=fields)
     writer.writeheader()
@@ -302,5 +326,7 @@ def write_predictions_file(path: Path, split: Split, preds: list[dict], head: He
         probs = r.pop("probabilities", None) or r.pop("scores", {})  # multi-label: "scores"
         if "labels" in r:  # a label set as a JSON list, as multi-label csv data holds it
             r["labels"] = json.dumps(r["labels"], ensure_ascii=False)
+        if "embedding" in r:  # a sentence vector as a JSON list
+            r["embedding"] = json.dumps(r["embedding"])
         writer.writerow({**r, **{f"prob_{k}": v for k, v in probs.items()}})
     atomic_write_text(path, buf.getvalue())
