@@ -28,6 +28,12 @@ def _export(args: argparse.Namespace) -> int:
 
     info = export_model(resolve_config(ExportConfig, args, args.config))
     p = info["parity"]
+    if p.get("kind") == "embedding":  # a sentence embedder: cosine of its vectors and the export's
+        print(f"exported {info['source']} as {info['format']} (sentence-transformers layout)")
+        print(f"parity on {p['examples']} sentences ({p['loaded_with']}): min cosine {p['min_cosine']:.6f}, max "
+              f"|diff| {p['max_abs_diff']:.3g}")
+        print(f"export: {info['output']}")
+        return 0
     agree = "n/a (regression)" if p["label_agreement"] is None else f"{p['label_agreement']:.4f}"
     code = " (with modelling code: load with trust_remote_code=True)" if info.get("custom_code") else ""
     print(f"exported {info['source']} as {info['format']}{code}")

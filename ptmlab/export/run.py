@@ -219,6 +219,12 @@ def export_model(cfg: ExportConfig) -> dict:
     configure_threads()
     source = check_source(cfg.model)
     out = check_output(cfg.output, cfg.overwrite, cfg.model)
+    from ptmlab.train.embedding import is_embedding_dir
+
+    if is_embedding_dir(source):  # a sentence embedder: the sentence-transformers layout (export/embedding.py)
+        from ptmlab.export.embedding import export_embedding
+
+        return export_embedding(cfg, source, out)
     model = load_model(source).eval()
     tokenizer = load_tokenizer(source)
     check_format(model, cfg.format)
