@@ -31,11 +31,11 @@ def parity_sentences(source: str, limit: int) -> list[str]:
     """The run's dev texts (both sides, first ``limit``) when its data can be read again, else ``SENTENCES``."""
     texts: list[str] = []
     try:
-        from ptmlab.api.evaluation import EvaluateConfig, run_data_defaults
-        from ptmlab.data.taskdata import load_task_data
-
         import contextlib
         import io
+
+        from ptmlab.api.evaluation import EvaluateConfig, run_data_defaults
+        from ptmlab.data.taskdata import load_task_data
 
         with contextlib.redirect_stderr(io.StringIO()):  # its note on which task is read again
             defaults = run_data_defaults(source, {})
@@ -87,7 +87,8 @@ def export_embedding(cfg, source: str, out: Path) -> dict:
             f"layout. Parity with ptmlab's model on {len(texts)} sentences ({loader}): lowest cosine "
             f"{parity['min_cosine']:.6f}, max |difference| {parity['max_abs_diff']:.3g}.", "",
             "```python", "from sentence_transformers import SentenceTransformer", "",
-            f"model = SentenceTransformer('{out.name}')", "vectors = model.encode(['A first sentence.', 'Another one.'])",
+            f"model = SentenceTransformer('{out.name}')",
+            "vectors = model.encode(['A first sentence.', 'Another one.'])",
             "```", ""]), encoding="utf-8")
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
