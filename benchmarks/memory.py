@@ -12,6 +12,9 @@ Peak memory: the process tree's summed resident memory (VmRSS, polled every 0.1 
 size (``--max-train``) with the same step cap: peak memory against the number of examples.
 
     python benchmarks/memory.py --verbs finetune,distill,meta-distill --scaling 4000,all
+
+``--rerun RESULT.json`` runs the commands a result file records instead of the docs' current examples, so a
+committed figure can be measured again as it was taken.
 """
 
 from __future__ import annotations
@@ -203,6 +206,8 @@ def main() -> None:
     p.add_argument("--docs", nargs="+", help="markdown files to read commands from (default: README.md, docs/*.md)")
     p.add_argument("--verbs", default=",".join(TRAINS), help="verbs to run, comma-separated")
     p.add_argument("--sources", help="only these examples, as FILE:LINE (e.g. README.md:38,README.md:89)")
+    p.add_argument("--rerun", help="run the commands a result file records (its `command`s, under their recorded "
+                                   "sources) instead of the docs' examples: reproduces that file's figures")
     p.add_argument("--cache-sides", default="on,off", help="teacher cache settings of the distillation commands")
     p.add_argument("--append", action="store_true",
                    help="keep the other records of an existing result file (a rerun replaces its own)")
@@ -227,7 +232,12 @@ def main() -> None:
     made: set[str] = set()
     flags: dict[str, set[str]] = {}
     rows = []
-    for where, command in doc_commands(docs):
+    if a.rerun:
+        recorded = json.loads(Path(a.rerun).read_text(encoding="utf-8"))["commands"]
+        examples = list(dict.fromkeys((r["source"], r["command"]) for r in recorded))
+    else:
+        examples = doc_commands(docs)
+    for where, command in examples:
         verb = command.split()[1]
         row = {"source": where, "command": command, "verb": verb}
         if verb not in verbs or (a.sources and where not in a.sources.split(",")):
