@@ -122,22 +122,33 @@ def span_parity(model, exported, tokenizer, split, task: str, kind: str, max_len
     feats = split.encode(tokenizer, max_length)
     ref = span_logits(model, feats, desc="parity")
     got = span_logits(exported, feats, desc="parity")
-    pairs = [(r, g) for a, b in zip(ref, got, strict=True)
-             for r, g in (zip(a, b, strict=True) if kind == "extractive-qa" else [(a, b)])]
-    diff = max((float(abs(r - g).max()) for r, g in pairs if r.size), default=0.0)
+    return {"task": task, **span_agreement(split, feats, ref, feats, got, kind,
+                                           [model.config.id2label[i] for i in range(model.config.num_labels)]
+                                           if kind != "extractive-qa" else None)}
+
+
+def span_agreement(split, ref_feats, ref: list, got_feats, got: list, kind: str, labels: list | None) -> dict:
+    """Agreement of two span models' decoded outputs on ``split`` (each with its own features: the tokenizers may
+    differ): the tag of every word or the answer span of every question; ``max_abs_logit_diff`` over the real tokens
+    when both tokenized alike (None otherwise)."""
+    alike = list(ref_feats.input_ids) == list(got_feats.input_ids)
+    diff = None
+    if alike:
+        pairs = [(r, g) for a, b in zip(ref, got, strict=True)
+                 for r, g in (zip(a, b, strict=True) if kind == "extractive-qa" else [(a, b)])]
+        diff = max((float(abs(r - g).max()) for r, g in pairs if r.size), default=0.0)
     if kind == "extractive-qa":
         from ptmlab.data.qa import best_answers
 
-        a_ref = best_answers(split, feats, [x[0] for x in ref], [x[1] for x in ref])
-        a_got = best_answers(split, feats, [x[0] for x in got], [x[1] for x in got])
+        a_ref = best_answers(split, ref_feats, [x[0] for x in ref], [x[1] for x in ref])
+        a_got = best_answers(split, got_feats, [x[0] for x in got], [x[1] for x in got])
         same = [(a.start, a.end) == (b.start, b.end) for a, b in zip(a_ref, a_got, strict=True)]
-        return {"task": task, "kind": kind, "examples": len(split), "windows": len(feats),
-                "max_abs_logit_diff": diff, "label_agreement": sum(same) / max(len(same), 1)}
+        return {"kind": kind, "examples": len(split), "windows": len(got_feats), "max_abs_logit_diff": diff,
+                "label_agreement": sum(same) / max(len(same), 1)}
     from ptmlab.train.spans import token_predictions
 
-    labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
-    t_ref, t_got = token_predictions(feats, ref, labels), token_predictions(feats, got, labels)
+    t_ref, t_got = token_predictions(ref_feats, ref, labels), token_predictions(got_feats, got, labels)
     words = [a == b for s_ref, s_got in zip(t_ref, t_got, strict=True) for a, b in zip(s_ref, s_got, strict=True)]
-    return {"task": task, "kind": kind, "examples": len(split), "words": len(words), "max_abs_logit_diff": diff,
+    return {"kind": kind, "examples": len(split), "words": len(words), "max_abs_logit_diff": diff,
             "label_agreement": sum(words) / max(len(words), 1),
             "sentences_identical": sum(a == b for a, b in zip(t_ref, t_got, strict=True)) / max(len(t_ref), 1)}

@@ -45,7 +45,8 @@ class Bf16Model(nn.Module):
     def forward(self, **inputs):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             out = self.model(**inputs)
-        return SimpleNamespace(logits=out.logits.float())
+        names = ("start_logits", "end_logits") if getattr(out, "start_logits", None) is not None else ("logits",)
+        return SimpleNamespace(**{n: getattr(out, n).float() for n in names})  # QA: start and end logits
 
 
 def bf16_fast() -> bool:

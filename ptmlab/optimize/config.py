@@ -15,6 +15,8 @@ NOT_YET = {"openvino": "OpenVINO is not a backend of this version of ptmlab opti
 OBJECTIVES = ("latency", "throughput", "size")
 HELD_OUT = ("auto", "test", "dev")
 SAMPLERS = ("tpe", "random")
+# the run's reading options, recorded in OUT/config.yaml for serve and predict (not options of optimize)
+RUN_KEYS = ("max_length", "task_kind", "doc_stride", "label_all_subtokens")
 STRUCTURE_KINDS = ("source", "vocab", "layers", "shrink", "prune")
 # training options that mean nothing here: students and recoveries always train fully, once, without a test pass
 EXCLUDED = (*STRATEGY_OPTIONS, "llrd", "test", "max_steps", "report_to", "compile", "early_stopping", "eval_steps",

@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 
 from ptmlab.core.io import atomic_write_json, atomic_write_text
-from ptmlab.optimize.config import EXCLUDED
+from ptmlab.optimize.config import EXCLUDED, RUN_KEYS
 
 CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 TABLE = ["trial", "structure", "backend", "status", "dev", "loss_points", "agreement", "speedup", "size_mb",
@@ -131,15 +131,13 @@ def finish(ctx, pairs: list[tuple[str, str]]) -> dict:
     held_logits = ctx.logits(built.model, tok, ctx.held)
     held_win = ctx.metrics(held_logits, ctx.held)
     main = ctx.spec.main_metric
-    held_loss = round((held_src[main] - held_win[main]) * 100, 2)
+    held_loss = ctx.loss_points(held_win[main], held_src[main])
     held = {"part": ctx.held_name, "examples": len(ctx.held), "source": held_src, "winner": held_win,
             "loss_points": held_loss, "within_max_loss": held_loss <= cfg.max_loss + 1e-9}
 
-    from ptmlab.export.parity import compare
-
     win_logits = ctx.logits(built.model, tok, ctx.dev)
-    parity = compare(ctx.source_logits, win_logits, ctx.spec.name)
-    parity_held = compare(held_src_logits, held_logits, ctx.spec.name)
+    parity = ctx.compare(ctx.source_logits, win_logits, ctx.dev)
+    parity_held = ctx.compare(held_src_logits, held_logits, ctx.held)
     parity = {**parity, "against": f"the run {cfg.model} (fp32 PyTorch), search part of dev",
               "held_out": {"examples": parity_held["examples"], "max_abs_logit_diff": parity_held["max_abs_logit_diff"],
                            "label_agreement": parity_held["label_agreement"]}}
@@ -156,7 +154,7 @@ def finish(ctx, pairs: list[tuple[str, str]]) -> dict:
     summary = {"title": "ptmlab optimize", "task": ctx.spec.name, "model": str(cfg.model), "objective": cfg.objective,
                "max_loss": cfg.max_loss, "batches": list(ctx.batches), "main_metric": main,
                "source": {**reference, "dev": ctx.source_score}, "target_dev": round(ctx.source_score -
-                                                                                       cfg.max_loss / 100, 4),
+                                                                                       cfg.max_loss / ctx.scale, 4),
                "winner": {k: v for k, v in winner.items() if k != "dev_metrics"}, "recipe": recipe(winner),
                "target_met": improves, "nearest": nearest, "held_out": held, "metrics": winner.get("dev_metrics"),
                **lat, "export": fmt, "parity": parity, "machine": machine(ctx.threads), "search": search,
@@ -291,8 +289,8 @@ def _card(ctx, summary: dict, fmt: str, parity: dict) -> None:
 
     text = model_card(ctx.out, export={"format": fmt, "output": str(ctx.out), "parity": parity})
     cfg = RunDir(ctx.out).read_config()
-    flags = {k: v for k, v in cfg.items() if k not in EXCLUDED and k != "max_length"}  # max_length: the run's,
-    text = text.replace(_command_line(cfg), _command_line(flags))  # recorded for serve and predict, not a flag
+    flags = {k: v for k, v in cfg.items() if k not in EXCLUDED and k not in RUN_KEYS}  # the run's, recorded for
+    text = text.replace(_command_line(cfg), _command_line(flags))  # serve and predict: not flags of optimize
     w = summary["winner"]
     rows = [("structure", w["structure"]), ("backend", w["backend"]),
             (f"dev {ctx.spec.main_metric} (search part, {summary['search_part']['examples']})", f"{w['dev']:.4f}"),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ptmlab.core.config import build_config, config_to_dict
 from ptmlab.core.errors import PtmlabError
-from ptmlab.optimize.config import OptimizeConfig, parse_batches, parse_budget
+from ptmlab.optimize.config import RUN_KEYS, OptimizeConfig, parse_batches, parse_budget
 from ptmlab.optimize.space import Structure, check_fits, default_structures, parse_structure
 
 STUDY_FILE = "study.db"
@@ -68,8 +68,8 @@ def _run_data_args(run: Path):
     if not isinstance(saved, dict):
         saved = {}
     if saved.get("tasks"):
-        raise PtmlabError(f"'{run}' is a multi-task run: optimize takes single-task sentence classification and "
-                          f"regression runs")
+        raise PtmlabError(f"'{run}' is a multi-task run: optimize takes single-task runs (sentence classification, "
+                          f"regression, token classification, extractive QA)")
     values = {k: v for k, v in saved.items() if k in DATA_FIELDS and v is not None}
     if not values or not _rereadable(values):
         raise PtmlabError(f"'{run}' was trained on data held in memory, which it does not keep: optimize needs a run "
@@ -86,9 +86,9 @@ class Context:
 
         from ptmlab.core.seed import configure_threads, set_seed
         from ptmlab.data.taskdata import label_names, load_task_data
-        from ptmlab.data.tasks import SPAN_KINDS
         from ptmlab.export.run import check_source
         from ptmlab.models.zoo import load_model, load_tokenizer
+        from ptmlab.optimize.outputs import QA, kind_of, labelled, point_scale, timing_texts
 
         self.cfg, self.resume = cfg, resume
         self.out = Path(cfg.output).expanduser()
@@ -104,23 +104,22 @@ class Context:
         check_source(str(run))
         args, self.run_config = _run_data_args(run)
         self.max_length = args.max_length
-        if args.task_kind in SPAN_KINDS:
-            raise PtmlabError(f"'{run}' is a {args.task_kind} run: optimize takes sentence classification and "
-                              f"regression runs for now")
         data = load_task_data(dataclasses.replace(args, max_train=self.run_config.get("max_train")), need_train=True)
         spec = data.spec
-        if spec.kind in SPAN_KINDS or spec.kind == "multi-label":
-            raise PtmlabError(f"task '{spec.name}' is {spec.kind}: optimize takes sentence classification and "
-                              f"regression runs for now")
+        if spec.kind == "multi-label":
+            raise PtmlabError(f"task '{spec.name}' is multi-label: optimize takes sentence classification, regression, "
+                              f"token classification and extractive QA runs")
+        self.kind, self.scale = kind_of(spec), point_scale(spec)
         dev = data.splits.get("dev")
-        if dev is None or len(dev) < 4 or dev.label is None or any(v is None for v in dev.label):
+        if dev is None or len(dev) < 4 or not labelled(dev, spec):
             raise PtmlabError(f"run '{run}' has no labelled dev data to choose on: optimize needs the run's dev split "
                               f"with labels")
+        if spec.kind == QA:  # QA reads windows of the task's length (384 unless the run chose one)
+            self.max_length = dev.window or args.max_length
         self.data, self.spec, self.labels = data, spec, label_names(data)
         self.train = data.splits["train"]
         test = data.splits.get("test")
-        test_labelled = test is not None and len(test) > 0 and test.label is not None and \
-            all(v is not None for v in test.label)
+        test_labelled = labelled(test, spec)
         if cfg.held_out == "test" and not test_labelled:
             raise PtmlabError(f"--held-out test: task '{spec.name}' has no labelled test split here: use --held-out "
                               f"dev (a part of dev set aside)")
@@ -141,7 +140,7 @@ class Context:
                               f"from")
         self.batches = parse_batches(cfg.batch)
         self.deadline_budget = parse_budget(cfg.budget)
-        self.texts = list(self.dev.text[:cfg.latency_texts])
+        self.texts = timing_texts(self.dev, spec, cfg.latency_texts)
         self.notes: list[str] = []
         self._structure_logits: dict[str, object] = {}
         self.source_logits = None
@@ -165,6 +164,9 @@ class Context:
                 shutil.rmtree(self.out / stale, ignore_errors=True)
             values = config_to_dict(self.cfg)
             values["max_length"] = self.max_length  # the run's: what serve and predict read from OUT/config.yaml
+            for key in RUN_KEYS[1:]:  # how a span run reads its inputs
+                if self.run_config.get(key) is not None:
+                    values[key] = self.run_config[key]
             RunDir(self.out).write_config(values, "optimize")
         self.study = open_study(self.out / STUDY_FILE, self.cfg, self.resume)
         self.structures = Structures(self)
@@ -214,22 +216,26 @@ class Context:
 
     # ------------------------------------------------------------------------------------------------- scoring
     def logits(self, model, tokenizer, split):
-        from ptmlab.export.parity import logits
+        """The model's outputs on ``split``: logits per example, or per sentence or window with their features."""
+        from ptmlab.optimize.outputs import model_outputs
 
-        return logits(model, tokenizer, split, self.max_length)
+        return model_outputs(model, tokenizer, split, self.spec, self.max_length)
 
-    def metrics(self, logits, split) -> dict[str, float]:
-        import numpy as np
+    def metrics(self, outputs, split) -> dict[str, float]:
+        from ptmlab.optimize.outputs import scores
 
-        from ptmlab.data.metrics import compute_metrics
-        from ptmlab.train.evaluate import logits_to_predictions
+        return scores(outputs, split, self.spec)
 
-        preds = logits_to_predictions(logits.numpy(), self.spec)
-        return {k: round(float(v), 4) for k, v in
-                compute_metrics(self.spec.metrics, preds, np.asarray(split.label)).items()}
+    def compare(self, reference, outputs, split) -> dict:
+        """ptmlab's parity check: agreement of labels, tags per word or answer spans, and the largest logit gap."""
+        from ptmlab.optimize.outputs import agreement
 
-    def loss_points(self, score: float) -> float:
-        return round((self.source_score - score) * 100, 2)
+        return agreement(reference, outputs, split, self.spec, self.labels)
+
+    def loss_points(self, score: float, reference: float | None = None) -> float:
+        """Points of the main metric lost against the run's score (or ``reference``)."""
+        ref = self.source_score if reference is None else reference
+        return round((ref - score) * self.scale, 2)
 
     def structure(self, name: str) -> Structure:
         return parse_structure(name)
@@ -397,26 +403,28 @@ class Context:
 
     def _calibration(self):
         from ptmlab.data.loaders import subset
+        from ptmlab.optimize.outputs import texts_of
 
         rows = subset(self.train, self.cfg.calibration_examples, self.cfg.seed)
-        return list(rows.text), (list(rows.text_pair) if rows.text_pair is not None else None), self.max_length
+        return (*texts_of(rows, self.spec), self.max_length)
 
     def measure(self, s: Structure, backend: str, number: int) -> dict:
         """Build the candidate, score it on the search part (with parity), time it against the run."""
-        from ptmlab.export.parity import compare
         from ptmlab.models.latency import parameter_count, size_on_disk_mb
 
         built, tok, folder = self.candidate(s, backend, number)
         logits = self.logits(built.model, tok, self.dev)
         metrics = self.metrics(logits, self.dev)
         dev = metrics[self.spec.main_metric]
-        parity = compare(self.source_logits, logits, self.spec.name)
-        own = compare(self._structure_logits[s.name], logits, self.spec.name)
+        parity = self.compare(self.source_logits, logits, self.dev)
+        own = self.compare(self._structure_logits[s.name], logits, self.dev)
         timed = self.time_against_source(built.model, tok, self.cfg.search_rounds)
         size = size_on_disk_mb(built.onnx) if built.onnx is not None else weights_mb(folder)
         row = {"dev": dev, "dev_metrics": metrics, "loss_points": self.loss_points(dev),
                "feasible": self.loss_points(dev) <= self.cfg.max_loss + 1e-9,
-               "agreement": parity["label_agreement"], "max_abs_logit_diff": round(parity["max_abs_logit_diff"], 5),
+               "agreement": parity["label_agreement"],
+               "max_abs_logit_diff": None if parity["max_abs_logit_diff"] is None
+               else round(parity["max_abs_logit_diff"], 5),
                "agreement_with_structure": own["label_agreement"],
                "params": parameter_count(self.structures.get(s)[0]), "size_mb": round(size, 2), **timed,
                "info": built.info, "timed": "search"}

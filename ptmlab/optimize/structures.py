@@ -16,11 +16,19 @@ from pathlib import Path
 import torch
 
 from ptmlab.core.errors import PtmlabError
+from ptmlab.optimize.outputs import TOKENS
 from ptmlab.optimize.space import Structure
 
 
 def training_source(data, train, dev, labels: list[str] | None):
-    """The search data as a ``datasets.DatasetDict`` (train, validation) in the run's label order."""
+    """The search data as a ``datasets.DatasetDict`` (train, validation) in the run's label order; for token
+    classification and extractive QA, rows of tokens and tags or of questions, contexts and answers per split."""
+    from ptmlab.data.tasks import SPAN_KINDS
+
+    if data.spec.kind in SPAN_KINDS:
+        from ptmlab.optimize.outputs import training_rows
+
+        return {"train": training_rows(train, data.spec, labels), "dev": training_rows(dev, data.spec, labels)}
     from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
     regression = data.spec.kind == "regression"
@@ -83,11 +91,13 @@ class Structures:
         ctx, d = self.ctx, self.folder(Structure("vocab", "vocab"))
         if not (d / "model.safetensors").is_file():
             model = copy.deepcopy(ctx.source)
+            from ptmlab.optimize.outputs import texts_of
+
             texts, pairs = [], []
             for split in (ctx.train, ctx.dev):  # the held-out texts are never read
-                texts += list(split.text)
-                if split.text_pair is not None:
-                    pairs += list(split.text_pair)
+                t, p = texts_of(split, ctx.spec)
+                texts += t
+                pairs += p or []
             tok, info = prune_vocabulary(model, ctx.tokenizer, texts, pairs or None)
             save_model(model, tok, d)
             ctx.note(f"vocabulary {info['vocab_before']:,} -> {info['vocab_after']:,} tokens")
@@ -104,10 +114,18 @@ class Structures:
                   if f.name in ("epochs", "lr", "batch_size", "eval_batch_size", "weight_decay", "warmup", "schedule",
                                 "max_grad_norm", "logging_steps", "seed", "device", "precision", "group_by_length",
                                 "first_token_only", "fast_dropout", "reuse_host_memory", "grad_accum", "keep_best")}
-        data = {"task": ctx.data.spec.name, "text_col": "text", "label_col": "label",
-                "text_pair_col": "text_pair" if ctx.train.text_pair is not None else None,
-                "label_kind": "regression" if ctx.data.spec.kind == "regression" else "classification",
-                "max_length": ctx.max_length, "output": str(d), "overwrite": True, "test": False}
+        data = {"task": ctx.data.spec.name, "max_length": ctx.max_length, "output": str(d), "overwrite": True,
+                "test": False}
+        if ctx.kind == "sentence":
+            data.update(text_col="text", label_col="label",
+                        text_pair_col="text_pair" if ctx.train.text_pair is not None else None,
+                        label_kind="regression" if ctx.data.spec.kind == "regression" else "classification")
+        else:  # the rows of ``training_source``, read as the run read its data
+            data.update(task_kind=ctx.data.spec.kind, **{k: ctx.run_config[k] for k in ("doc_stride",
+                                                                                        "label_all_subtokens")
+                                                          if ctx.run_config.get(k) is not None})
+            if ctx.kind == TOKENS:
+                data.update(text_col="tokens", label_col="tags")
         start = time.time()
         ctx.note(f"training {s.name}")
         with ctx.quiet_training():
@@ -148,6 +166,9 @@ class Structures:
         if s.kind in ("layers", "shrink"):
             from ptmlab.distill.students import build_student
 
+            if ctx.kind != "sentence":  # as the span distillation builds it
+                return build_student(s.student_spec(), ctx.source, ctx.data.spec.num_labels, False,
+                                     ctx.labels).eval(), ctx.tokenizer
             return build_student(s.student_spec(), ctx.source, ctx.data.spec.num_labels,
                                  ctx.data.spec.kind == "regression", ctx.labels,
                                  tokenizer=ctx.tokenizer).eval(), ctx.tokenizer

@@ -221,8 +221,10 @@ def model_card(path: str | Path, source: str | Path | None = None, export: dict 
     if export and export.get("parity"):
         p = export["parity"]
         agree = "n/a (regression)" if p.get("label_agreement") is None else f"{p['label_agreement']:.4f}"
+        diff = p.get("max_abs_logit_diff")  # None: a pruned vocabulary splits words into other pieces
         lines += [f"Parity of this `{export['format']}` export with ptmlab's PyTorch model on {p['examples']} dev "
-                  f"texts of `{p['task']}`: max |logit difference| {p['max_abs_logit_diff']:.3g}, "
+                  f"texts of `{p['task']}`: max |logit difference| "
+                  f"{'n/a (tokenized differently)' if diff is None else f'{diff:.3g}'}, "
                   f"{AGREEMENT.get(p.get('kind'), 'label agreement')} {agree}.", ""]
     lines += ["## Size and speed", "",
               f"- parameters: {f'{params:,}' if params is not None else 'not counted (no safetensors weights)'}",

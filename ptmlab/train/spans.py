@@ -80,7 +80,11 @@ def token_predictions(feats: TokenFeatures, logits: list, labels) -> list[list[s
 def evaluate_span(model, feats, spec, batch_size: int = 64, precision: str = "fp32") -> tuple[dict, list]:
     """The task's official scores and the predictions: tags per word (entity P/R/F1, each type's F1, token
     accuracy) or answers (SQuAD exact match and F1, in percent)."""
-    logits = span_logits(model, feats, batch_size, precision)
+    return span_scores(feats, span_logits(model, feats, batch_size, precision), spec)
+
+
+def span_scores(feats, logits: list, spec) -> tuple[dict, list]:
+    """``evaluate_span`` on logits already computed (``span_logits``): the scores and the predictions."""
     if isinstance(feats, QAFeatures):
         split = feats.split
         answers = best_answers(split, feats, [x[0] for x in logits], [x[1] for x in logits])
