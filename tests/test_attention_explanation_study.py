@@ -43,7 +43,8 @@ def test_heldout_rows_are_rows_no_fine_tuning_read():
     from types import SimpleNamespace
 
     from ptmlab.data.loaders import load_task, subset
-    from ptmlab.studies.attention_explanation import SHORTEST_SHARED, data_split, heldout_rows
+    from ptmlab.studies.attention_explanation import data_split, heldout_rows
+    from ptmlab.studies.fresh import SHORTEST_SHARED
 
     cfg = SimpleNamespace(task="sst2", glue_dir=str(GLUE), max_train=4000, max_eval=300, min_words=10,
                           explain="heldout", seeds=["1", "2"], seed=0)

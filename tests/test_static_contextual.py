@@ -291,3 +291,33 @@ def test_study_cross_fitted_small_budget(tmp_path):
     gain = next(v for k, v in systems.items() if k.startswith("contextual - static (cross-fitted"))
     assert gain["accuracy"] == pytest.approx(systems["contextual"]["accuracy"] - systems["static"]["accuracy"])
     assert r["finetuned_minus_static"]["tweets"]["n"] == 1
+
+
+
+def test_fresh_sentences_are_scored_and_the_records_give_the_verdict_again(tmp_path):
+    """``--score-on fresh``: the probes of every seed are scored on the same training sentences that no seed's
+    fine-tuning subset holds; the per-sentence records (evidence) give the rule's verdict again."""
+    from ptmlab.core.config import build_config
+    from ptmlab.data.loaders import load_task, subset
+    from ptmlab.studies.fresh import fresh_rows
+    from ptmlab.studies.static_contextual import SMALL, StaticContextualArgs, restate, run
+
+    out = tmp_path / "svc"
+    assert run(["--budget", "small", "--score-on", "fresh", "--fresh-rows", "60", "--min-words", "4", "--seeds", "0,1",
+                "--no-finetune", "--output", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["scored_on"] == "fresh" and res["fresh_rows"] == {"tweets": 60}
+    ev = res["evidence"]["tweets"]
+    assert [s.split(":")[0] for s in ev["static"] + ev["contextual"]] == ["60"] * 4
+    rows = {r["system"]: r for r in res["rows"] if r["task"] == "tweets"}
+    assert rows["static"]["scored_on"].startswith("fresh: 60") and rows["static"]["examples"] == 60
+    again = restate(res)
+    assert again.reason == (res.get("rule") or {}).get("reason", res["reason"])
+    # the scored rows lie outside both seeds' training subsets
+    max_train = SMALL["max_train"]
+    fresh = fresh_rows("tweets", None, max_train, 1, 60, 4)
+    train = load_task("tweets").splits["train"]
+    read = {t.strip() for s in (0, 1) for t in subset(train, max_train, s).text}
+    assert len(fresh) == 60 and not {t.strip() for t in fresh.text} & read
+    with pytest.raises(PtmlabError, match="--score-on fresh"):
+        build_config(StaticContextualArgs, {"score_on": "fresh", "probe_folds": 5, "max_eval": 0})

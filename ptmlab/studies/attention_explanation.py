@@ -26,7 +26,7 @@ part's interval lies wholly on the wrong side; inconclusive otherwise.
 
 ``--explain heldout`` explains rows no run has read: training rows that no fine-tuning of seeds 0 to the largest
 seed reads, outside the dev split, of at least ``--min-words`` words and holding none of the fine-tuned phrases of
-three words or more (``heldout_rows``); the fine-tunings' own dev metric still decides the validity condition.
+three words or more (``studies.fresh``); the fine-tunings' own dev metric still decides the validity condition.
 
 On fine-tuned models (a run directory, or a zoo model fine-tuned here first: once per ``--seeds`` seed, the examples
 of every seed in the hierarchical bootstrap; ``--budget full``: seeds 0,1,2 and the whole dev set), per dev example:
@@ -203,43 +203,17 @@ def _explain_seed(a: ExplanationStudyArgs, out: Path, seed: int, seeds: list[int
     return res, _adversarial_search(inp, a, seed) if a.adv_steps else None
 
 
-HELDOUT_SEED = 2026   # the draw of ``--explain heldout``'s rows, fixed before any run read them
-SHORTEST_SHARED = 3   # a held-out row contains no fine-tuning row of this many words or more
-
-
 def heldout_rows(a, seeds: list[int]):
-    """``--explain heldout``: ``--max-eval`` (0: all) rows of the task's training split that no fine-tuning of seeds
-    0 to ``max(seeds)`` reads at ``--max-train`` (the seeds of earlier runs among them), nor the dev split holds; of
-    at least ``--min-words`` words; and containing no row those fine-tunings read of ``SHORTEST_SHARED`` words or
-    more (SST-2's training rows are phrases of its sentences: a held-out sentence whose labelled phrases were
-    trained on is not fresh). Drawn with ``HELDOUT_SEED``."""
-    from ptmlab.data.loaders import load_task, subset
+    """``--explain heldout``: ``--max-eval`` (0: all) fresh training rows (``studies.fresh``) for fine-tunings of
+    seeds 0 to ``max(seeds)`` at ``--max-train``, of at least ``--min-words`` words."""
+    from ptmlab.studies.fresh import fresh_rows
 
-    data = load_task(a.task, a.glue_dir)
-    train, dev = data.splits["train"], data.splits.get("dev")
-    read = set()
-    for s in range(max(max(seeds), 0) + 1):
-        read.update(t.strip() for t in subset(train, a.max_train, s).text)
-    seen = read | {t.strip() for t in (dev.text if dev is not None else [])}
-    phrases = {t for t in read if len(t.split()) >= SHORTEST_SHARED}
-
-    def fresh(text: str) -> bool:
-        words = text.split()
-        if len(words) < a.min_words or text.strip() in seen:
-            return False
-        return not any(" ".join(words[i:j]) in phrases
-                       for i in range(len(words)) for j in range(i + SHORTEST_SHARED, len(words) + 1))
-
-    keep = [i for i, t in enumerate(train.text) if fresh(t)]
-    if not keep:
-        raise PtmlabError(f"--explain heldout: no training row of task '{a.task}' is outside every fine-tuning's "
-                          f"subset with at least {a.min_words} words: lower --max-train or --min-words")
-    return subset(train.select(keep), a.max_eval, HELDOUT_SEED)
+    return fresh_rows(a.task, a.glue_dir, a.max_train, max(seeds), a.max_eval, a.min_words)
 
 
 def data_split(cfg) -> dict:
     """What the preregistration adds to the rows it hashes: with ``--explain heldout``, the explained rows."""
-    import hashlib
+    from ptmlab.studies.fresh import rows_hash
 
     if getattr(cfg, "explain", "dev") != "heldout":
         return {}
@@ -247,8 +221,7 @@ def data_split(cfg) -> dict:
         rows = heldout_rows(cfg, [int(s) for s in cfg.seeds] or [cfg.seed])
     except (PtmlabError, OSError, ValueError) as e:
         return {"explained": {"note": f"not at hand here ({str(e).splitlines()[0][:120]})"}}
-    ids = "\n".join(str(i) for i in rows.ids) if rows.ids else "\n".join(rows.text)
-    return {"explained": {"rows": "heldout", "examples": len(rows), "sha256": hashlib.sha256(ids.encode()).hexdigest()}}
+    return {"explained": {**rows_hash(rows), "rows": "heldout"}}
 
 
 def _adversarial_search(inp, a: ExplanationStudyArgs, seed: int):

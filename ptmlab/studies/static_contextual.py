@@ -42,22 +42,15 @@ word-vector library is installed, so no word2vec baseline is trained). Tasks: ss
 the GLUE data they are skipped with the reason and the built-in tweets task runs instead. ``--budget small``: the
 tiny model, tweets, one seed; default and full: three seeds.
 
-Earlier runs, and the design fixed after them: at 2,000 training rows, and again with CoLA's whole training set
-(``--max-train 8551``, fine-tuning 1 epoch), the fine-tuned minilm predicted one class on CoLA (MCC 0): cannot test.
-The second run also showed that with the whole training set the probes are the same on every seed, so a t interval
-over seeds of CoLA's MCC gain had no width ([0.0514, 0.0514]) and left out the dev sentences' noise; and that a mean
-of input embeddings, blind to word order, stays near chance on acceptability (static MCC 0.019), so a condition
-asking every system to clear the trivial predictor would make CoLA untestable whatever contextual features do. The
-confirmatory design, fixed before its run, is ``--budget full``: CoLA's whole training set (8,551 rows; SST-2 draws as
-many of its rows per seed), 3 epochs of fine-tuning, seeds 0-2, every dev sentence, the MCC bootstrap and conditions
-above: ``ptmlab study static-vs-contextual --budget full --output D``.
-
-That run met every condition and was inconclusive, underpowered (SST-2 +0.0268 [-0.0324, +0.0859], the seeds'
-training subsets differing; CoLA MCC +0.0514 [-0.0287, +0.1314] over 1,043 dev sentences; could detect ±0.114
-against the papers' 0.02): the noise was the dev sentences'. The design fixed after it, before its run, scores the
-probes cross-fitted over every labelled sentence at hand, the rest unchanged: ``ptmlab study static-vs-contextual
---budget full --probe-folds 5 --output D`` (CoLA 9,594 sentences, SST-2 9,423; about ±0.03 on CoLA's MCC gain and
-±0.01 on SST-2's accuracy gain expected, from the run above's spread scaled by the number of sentences).
+Designs. ``--budget full``: CoLA's whole training set (8,551 rows; SST-2 draws as many of its rows per seed), 3
+epochs of fine-tuning, seeds 0-2, every dev sentence. ``--probe-folds 5`` cross-fits the probes over every labelled
+sentence at hand (CoLA 9,594, SST-2 9,423), narrowing the interval that the dev sentences' noise left wide. Both
+were fixed after earlier runs of the study had read every CoLA and SST-2 dev sentence, so their results are
+exploratory. ``--score-on fresh`` scores the probes on training sentences that no fine-tuning of seeds 0 to the
+largest seed reads (``studies.fresh``): the confirmatory design for SST-2. CoLA has no labelled sentence left that
+the earlier runs did not read (its whole training set was read, its test labels are not public), so its part can
+only be exploratory with the data at hand. Every run keeps each probe's per-sentence correctness and the labels
+(``evidence``), from which ``restate`` recomputes the verdict.
 """
 
 from __future__ import annotations
@@ -138,6 +131,11 @@ class StaticContextualArgs(StudyArgs):
                                  "dev sentences); needs --max-eval 0")
     probe_c: float = opt(0.0, "inverse L2 strength of the logistic-regression head (0: chosen by 3-fold "
                               "cross-validation on the training subset, separately for each system)")
+    score_on: str = opt("dev", "sentences the probes are scored on: dev, or fresh (training sentences that no "
+                               "fine-tuning of seeds 0 to the largest seed reads, outside dev: studies.fresh; "
+                               "--fresh-rows of them, of at least --min-words words)", choices=("dev", "fresh"))
+    fresh_rows: int = opt(2000, "--score-on fresh: how many fresh sentences per task (0: all)")
+    min_words: int = opt(10, "--score-on fresh: only sentences of at least this many words")
     output: str = opt("runs/study-static-contextual", "output directory")
 
     def validate(self) -> None:
@@ -145,6 +143,11 @@ class StaticContextualArgs(StudyArgs):
         at_least(self, 0, "probe_folds", "probe_c")
         if self.probe_folds == 1:
             raise PtmlabError("--probe-folds 1 leaves no fold to train on: give 0 (no cross-fitting) or 2 or more")
+        at_least(self, 0, "fresh_rows")
+        at_least(self, 1, "min_words")
+        if self.score_on == "fresh" and self.probe_folds:
+            raise PtmlabError("--score-on fresh scores probes trained on each seed's training subset: drop "
+                              "--probe-folds (cross-fitting scores the training and dev sentences themselves)")
 
 
 SMALL = {**SMALL_FINETUNE, "tasks": ["tweets"], "seeds": ["0"]}  # what --budget small runs (tests, CI)
@@ -272,19 +275,24 @@ def _cross_fitted(a: StaticContextualArgs, task: str, out: Path, model, tokenize
 
 
 def _task_seed(a: StaticContextualArgs, task: str, seed: int, out: Path, model, tokenizer,
-               probes: bool = True) -> dict:
-    """One seed of ``task``: the probes trained on its training subset and scored on the dev examples (unless
-    ``probes`` is False: the cross-fitted design scores them once, ``_cross_fitted``), and the fine-tuned encoder."""
+               probes: bool = True, fresh=None) -> dict:
+    """One seed of ``task``: the probes trained on its training subset and scored on the dev examples, or on
+    ``fresh`` rows when given (unless ``probes`` is False: the cross-fitted design scores them once,
+    ``_cross_fitted``), and the fine-tuned encoder (scored on dev)."""
+    from ptmlab.data.encode import encode_split
     from ptmlab.studies.common import dev_correct, finetune_variant
 
     _, enc = _encoded(a, task, seed, out, tokenizer)
+    if fresh is not None:
+        enc["scored"] = encode_split(tokenizer, fresh, a.max_length)
+    scored = "scored" if fresh is not None else "dev"
     res = {"dev_examples": len(enc["dev"]), "train_examples": len(enc["train"]),
-           "gold": [int(x) for x in enc["dev"].labels]}
+           "gold": [int(x) for x in enc["dev"].labels], "scored_gold": [int(x) for x in enc[scored].labels]}
     if probes:
         pad, special = tokenizer.pad_token_id or 0, set(tokenizer.all_special_ids)
-        feats = {k: pooled_features(model, e, pad, special) for k, e in enc.items()}
+        feats = {k: pooled_features(model, enc[k], pad, special) for k in ("train", scored)}
         for i, name in enumerate(("static", "contextual")):
-            res[name] = probe(feats["train"][i], enc["train"].labels, feats["dev"][i], enc["dev"].labels,
+            res[name] = probe(feats["train"][i], enc["train"].labels, feats[scored][i], enc[scored].labels,
                               a.probe_c, seed)
     if a.finetune:
         finetune_variant(a, out / "finetuned", task=task, seed=seed, test=False)
@@ -293,8 +301,33 @@ def _task_seed(a: StaticContextualArgs, task: str, seed: int, out: Path, model, 
     return res
 
 
-RERUN = ("the study does not yet keep every probe's per-sentence correctness and labels (evidence); a run that "
-         "keeps them, on sentences its design never read, would be recomputable")
+RERUN = ("the run kept no per-sentence records; the current code keeps every probe's per-sentence correctness and "
+         "labels (evidence), and --score-on fresh scores sentences no earlier run read")
+
+
+def fresh_for(a: StaticContextualArgs, task: str, seeds: list[int]):
+    """``--score-on fresh``: the task's fresh rows for fine-tunings of seeds 0 to the largest seed (else None)."""
+    from ptmlab.studies.fresh import fresh_rows
+
+    if a.score_on != "fresh":
+        return None
+    return fresh_rows(task, a.glue_dir, a.max_train, max(seeds), a.fresh_rows, a.min_words)
+
+
+def data_split(cfg) -> dict:
+    """What the preregistration adds to the rows it hashes: with ``--score-on fresh``, each task's scored rows."""
+    from ptmlab.studies.fresh import rows_hash
+
+    if getattr(cfg, "score_on", "dev") != "fresh":
+        return {}
+    seeds = [int(s) for s in cfg.seeds] or [cfg.seed]
+    out = {}
+    for task in cfg.tasks:
+        try:
+            out[task] = rows_hash(fresh_for(cfg, task, seeds))
+        except (PtmlabError, OSError, ValueError, KeyError) as e:
+            out[task] = {"note": f"not at hand here ({str(e).splitlines()[0][:120]})"}
+    return {"scored": out}
 
 
 @STUDIES.register("static-vs-contextual", help="Q1: static (input) embeddings vs contextual features vs "
@@ -312,9 +345,13 @@ def run(argv: list[str]) -> int:
     model, tokenizer = load_model(a.model, task_head=False), load_tokenizer(a.model)
     rows, correct, gold, tuned_gold, intervals, pools = [], {}, {}, {}, {}, {}
     cross = bool(a.probe_folds)
+    evidence, fresh_sizes = {}, {}
     for task in tasks:
-        per_seed = [_task_seed(a, task, s, seed_dir(out / task, "runs", s, seeds), model, tokenizer, probes=not cross)
-                    for s in seeds]
+        fresh = fresh_for(a, task, seeds)
+        if fresh is not None:
+            fresh_sizes[task] = len(fresh)
+        per_seed = [_task_seed(a, task, s, seed_dir(out / task, "runs", s, seeds), model, tokenizer, probes=not cross,
+                               fresh=fresh) for s in seeds]
         tuned_gold[task] = [r["gold"] for r in per_seed]
         if cross:
             pool = _cross_fitted(a, task, out / task, model, tokenizer)
@@ -325,7 +362,7 @@ def run(argv: list[str]) -> int:
             pools[task] = {"examples": pool["pool_examples"], "dev_from": pool["dev_from"], "folds": a.probe_folds}
         else:
             correct[task] = {k: [r[k] for r in per_seed] for k in ("static", "contextual")}
-            gold[task] = tuned_gold[task]
+            gold[task] = [r["scored_gold"] for r in per_seed]
         if all(r.get("finetuned") is not None for r in per_seed):
             correct[task]["finetuned"] = [r["finetuned"] for r in per_seed]
         metric, intervals[task] = metric_of(task), {}
@@ -335,12 +372,14 @@ def run(argv: list[str]) -> int:
             est = _gain(runs, None, g, task, system, one_run=cross and system != "finetuned")
             trivial = 0.0 if metric == "mcc" else float(np.mean([majority_share(x) for x in g]))
             intervals[task][system] = {**est.to_dict(), "trivial": trivial}
-            scored = "dev" if system == "finetuned" or not cross else \
+            scored = "dev" if system == "finetuned" or not (cross or fresh is not None) else \
+                f"fresh: {len(g[0])} training sentences no fine-tuning read" if fresh is not None else \
                 f"cross-fitted: {len(g[0])} training and dev sentences, {a.probe_folds} folds"
             rows.append({"task": task, "system": system, "metric": metric, metric: float(np.mean(scores)),
                          "per_seed": [round(x, 4) for x in scores], "ci_95": [_r(est.low), _r(est.high)],
                          "scored_on": scored, "examples": len(g[0]),
                          "dev_examples": per_seed[0]["dev_examples"], "train_examples": per_seed[0]["train_examples"]})
+        evidence[task] = _evidence(correct[task], gold[task], tuned_gold[task])
     v, estimates = decide(correct, gold, one_run=cross)
     for task, est in estimates.items():
         how = ("cross-fitted, bootstrap over examples" if cross else
@@ -355,13 +394,37 @@ def run(argv: list[str]) -> int:
 
     write_study(out, f"Study: static vs contextual embeddings ({a.model})", rows, v,
                 extra={"skipped": skipped, "tasks": tasks, "intervals": intervals, "probe_pool": pools or None,
+                       "scored_on": a.score_on, "fresh_rows": fresh_sizes or None,
                        "finetuned_minus_static": {t: _gain(c["finetuned"], static_on_dev(t), tuned_gold[t], t,
                                                            "fine-tuning").to_dict()
-                                                  for t, c in correct.items() if "finetuned" in c}},
+                                                  for t, c in correct.items()
+                                                  if "finetuned" in c and t not in fresh_sizes},
+                       "evidence": evidence},
                 claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     for reason in skipped:
         print(reason)
     return 0
+
+
+def _labels(gold: list[int]):
+    """One seed's labels as kept: packed bits for a binary task, else the list."""
+    from ptmlab.studies.evidence import pack_bits
+
+    return pack_bits(gold) if set(gold) <= {0, 1} else [int(x) for x in gold]
+
+
+def _unlabels(kept) -> list[int]:
+    from ptmlab.studies.evidence import unpack_bits
+
+    return [int(x) for x in (unpack_bits(kept) if isinstance(kept, str) else kept)]
+
+
+def _evidence(correct: dict, gold: list[list[int]], tuned_gold: list[list[int]]) -> dict:
+    """A task's records for ``restate``: every system's per-seed, per-sentence correctness and the labels."""
+    from ptmlab.studies.evidence import pack_runs
+
+    return {**{k: pack_runs(v) for k, v in correct.items()}, "gold": [_labels(g) for g in gold],
+            "finetuned_gold": [_labels(g) for g in tuned_gold]}
 
 
 def _r(x: float) -> float | None:
@@ -468,12 +531,28 @@ def validity(record: dict) -> list:
     return conds or [Condition.check("every task: no task ran", None, ">", 0)]
 
 
+def recomputed_from(record: dict) -> tuple[str, str]:
+    """How ``restate`` recomputed ``record``'s verdict (``rederive``'s ``recompute`` block)."""
+    from ptmlab.studies.evidence import recomputed_or_partly
+
+    return recomputed_or_partly(record, "every seed's per-sentence correctness of both probes and the labels",
+                                "the record's per-seed scores (a t interval over seeds)")
+
+
 def restate(record: dict, name: str = "static-vs-contextual") -> Verdict | None:
-    """The rule on the record's per-seed scores (accuracy, or the row's ``metric``): per task, a paired t interval
-    over seeds of contextual minus static (the recorded intervals pooled the seeds' copies of each example). None
-    for a record of the current design (``mcc_intervals``: its rule's intervals came from per-example numbers)."""
+    """The rule on the record's per-sentence records (``evidence``) where it keeps them; else on its per-seed scores
+    (accuracy, or the row's ``metric``): per task, a paired t interval over seeds of contextual minus static (the
+    recorded intervals pooled the seeds' copies of each example). None for a record of an earlier design without
+    records (``intervals`` or ``mcc_intervals``: its rule's intervals came from per-example numbers not kept)."""
+    from ptmlab.studies.evidence import evidence_of, unpack_runs
     from ptmlab.studies.verdict import paired_seeds
 
+    ev = evidence_of(record)
+    if ev:
+        correct = {t: {k: [r.tolist() for r in unpack_runs(e[k])] for k in ("static", "contextual")}
+                   for t, e in ev.items()}
+        gold = {t: [_unlabels(g) for g in e["gold"]] for t, e in ev.items()}
+        return decide(correct, gold, one_run=bool(record.get("probe_pool")))[0]
     if "mcc_intervals" in record or "intervals" in record:
         return None
     parts = []
