@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import io
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -74,16 +75,92 @@ def commands() -> list[list[str]]:
     return found
 
 
+GROUP = re.compile(r"\n\n(?=[a-z][a-z0-9 ,&()/'-]*:\n)")  # an option group's title line after a blank line
+SHARED_MIN_USES, SHARED_MIN_LINES = 3, 6  # a group printed once when this many commands print it word for word
+
+
+def split_help(text: str) -> tuple[str, list[str]]:
+    """A ``--help`` page as (usage and description, [each option group, its title line first])."""
+    head, *groups = GROUP.split(text.rstrip())
+    return head, groups
+
+
+def study_head(head: str) -> str:
+    """A study page's usage, its one-line summary and its claim: the rule, validity conditions, budgets and the
+    study's notes are in docs/studies.md and in ``ptmlab study NAME --help``."""
+    usage, *paras = head.split("\n\n")
+    keep = paras[:1] + [p for p in paras[1:] if p.startswith("Claim")][:1]
+    return "\n\n".join([usage, *keep])
+
+
+OWN_GROUPS = ("options", "positional arguments")
+
+
+def _title(group: str) -> str:
+    return group.split("\n", 1)[0].rstrip(":")
+
+
+def _slug(title: str) -> str:
+    return re.sub(r"[^a-z0-9 -]", "", title.lower()).strip().replace(" ", "-")
+
+
+def shared_groups(pages: dict[tuple[str, ...], str]) -> dict[str, str]:
+    """The option groups that at least ``SHARED_MIN_USES`` commands print identically, each with its anchor
+    (``shared-TITLE``, ``shared-TITLE-2`` for a second variant of the same title), in order of first use."""
+    uses: dict[str, int] = {}
+    for text in pages.values():
+        for group in split_help(text)[1]:
+            uses[group] = uses.get(group, 0) + 1
+    shared: dict[str, str] = {}
+    titles: dict[str, int] = {}
+    for group, n in uses.items():
+        if n >= SHARED_MIN_USES and group.count("\n") + 1 >= SHARED_MIN_LINES:
+            title = _title(group)
+            titles[title] = titles.get(title, 0) + 1
+            shared[group] = f"shared-{_slug(title)}" + (f"-{titles[title]}" if titles[title] > 1 else "")
+    return shared
+
+
+def _short_usage(usage: str, options: set[str]) -> str:
+    """The usage with the bracketed options of the shared groups left out (``[options below]`` in their place)."""
+    first, _, rest = usage.partition("\n")
+    text = " ".join(usage.split())
+    kept = re.sub(r" \[(--[a-z0-9-]+)[^\[\]]*\]", lambda m: "" if m.group(1) in options else m.group(0), text)
+    if kept == text:
+        return usage
+    kept += " [shared options]"
+    prefix = re.match(r"usage: \S+(?: [a-z][a-z0-9-]*)*", kept)
+    indent = " " * (len(prefix.group(0)) + 1 if prefix else 7)
+    words, lines, line = kept.split(" "), [], ""
+    for word in words:  # the brackets are kept whole: split only between bracketed items
+        if line and len(line) + 1 + len(word) > WIDTH and not _open(line):
+            lines.append(line)
+            line = indent + word
+        else:
+            line = f"{line} {word}" if line else word
+    return "\n".join([*lines, line])
+
+
+def _open(text: str) -> bool:
+    return text.count("[") > text.count("]")
+
+
 def reference() -> str:
     """The generated part of docs/cli.md (the marker line included)."""
     os.environ["COLUMNS"] = str(WIDTH)  # argparse wraps help at the terminal's width: make it fixed
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ptmlab.cli import COMMAND_HELP
+    from ptmlab.commands.study import SUITE_COMMANDS
 
     cmds = commands()
+    pages = {tuple(argv): help_of(argv) for argv in cmds}
+    shared = shared_groups(pages)
     parts = [MARKER, "", "## Command reference", "",
-             "Every command with its arguments, as `ptmlab COMMAND --help` prints them. `ptmlab --help` lists the "
-             "verbs:", "", "```text", help_of([]).rstrip(), "```", ""]
+             "Every command with its arguments, as `ptmlab COMMAND --help` prints them; option groups that many "
+             "commands share are printed once, under [Shared options](#shared-options), and linked from each "
+             "command. A study's page shows its own options and its claim; its rule, validity conditions and "
+             "budgets are in [studies.md](studies.md). `ptmlab --help` lists the verbs:", "", "```text",
+             help_of([]).rstrip(), "```", ""]
     titles = [" ".join(["ptmlab", *argv]) for argv in cmds]
     parts += ["Commands: " + " ·\n".join(f"[`{t}`](#{t.replace(' ', '-')})" for t in titles) + ".", ""]
     for argv in cmds:
@@ -92,7 +169,30 @@ def reference() -> str:
         parts += [f"### `{title}`", ""]
         if summary:
             parts += [summary[0].upper() + summary[1:] + ".", ""]
-        parts += ["```text", help_of(argv).rstrip(), "```", ""]
+        head, groups = split_help(pages[tuple(argv)])
+        study = argv[0] == "study" and len(argv) == 2 and argv[1] not in SUITE_COMMANDS
+        if study:
+            head = study_head(head)
+        linked = [g for g in groups if g in shared]
+        # a study page keeps its own options; the fine-tuning groups it also takes are named, with a link
+        others = [g for g in groups if g not in shared and study and _title(g) not in OWN_GROUPS]
+        options = {o for g in linked + others for o in re.findall(r"^  (--[a-z0-9-]+)", g, flags=re.M)}
+        usage, sep, rest = head.partition("\n\n")
+        own = [_short_usage(usage, options) + sep + rest, *(g for g in groups if g not in shared and g not in others)]
+        parts += ["```text", "\n\n".join(own), "```", ""]
+        if linked:
+            parts += ["Shared options: " + ", ".join(f"[{_title(g)}](#{shared[g]})" for g in linked) + ".", ""]
+        if others:
+            parts += ["Also the " + ", ".join(_title(g) for g in others) + " options of "
+                      "[`ptmlab finetune`](#ptmlab-finetune), with this study's defaults "
+                      f"(`ptmlab study {argv[1]} --help` prints them).", ""]
+    parts += ["## Shared options", "",
+              "Option groups that several commands print word for word; each command's page links to the ones it "
+              "takes.", ""]
+    for group, anchor in shared.items():
+        users = sum(group in split_help(text)[1] for text in pages.values())
+        heading = anchor.removeprefix("shared-").replace("-", " ")
+        parts += [f"### shared {heading}", "", f"Taken by {users} commands.", "", "```text", group, "```", ""]
     return "\n".join(parts)
 
 
