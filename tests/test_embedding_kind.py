@@ -262,3 +262,33 @@ def test_minilm_sts_fine_tuning_keeps_or_improves_spearman(tmp_path):
     tuned = run.summary["metrics"]["spearman"]
     assert base > 0.8, base
     assert tuned > 0.8 and tuned >= base - 0.01, (base, tuned)
+
+
+# ------------------------------------------------------------------------------------------------ serve
+def test_serve_answers_vectors_with_the_same_defences(pair_run, store):
+    import httpx
+
+    from ptmlab.serve.app import create_app
+    from ptmlab.serve.config import ServeConfig
+    from ptmlab.serve.server import serve_in_thread
+
+    key = store.create_key("alice")
+    texts = ["football item3 news", "we read poetry"]
+    cfg = ServeConfig(detector=False, max_texts=4, max_chars=100)
+    with serve_in_thread(create_app(str(pair_run.path), cfg, store)) as url:
+        def post(body, k=key):
+            return httpx.post(f"{url}/v1/predict", json=body, headers={"Authorization": f"Bearer {k}"}, timeout=30)
+
+        r = post({"texts": texts})
+        assert r.status_code == 200, r.text
+        vec = np.array([p["embedding"] for p in r.json()["predictions"]])
+        ref = pair_run.embed(texts)  # batched with other padding: equal to float tolerance
+        assert vec.shape == ref.shape and ((vec * ref).sum(1) > 0.99999).all()
+        health = httpx.get(f"{url}/healthz", timeout=30).json()
+        assert health["tasks"][0]["kind"] == "embedding"
+        assert post({"texts": texts}, "wrong").status_code == 401
+        assert post({"texts": ["a"] * 5}).status_code == 422  # over --max-texts
+        pairs = post({"texts": texts, "text_pairs": texts})
+        assert pairs.status_code == 422 and "single sentences" in pairs.json()["error"]
+        long = post({"texts": ["word " * 40]})
+        assert long.status_code == 422 and "characters" in long.json()["error"]  # over --max-chars

@@ -106,12 +106,16 @@ class Score(BaseModel):
     score: float  # a regression head's answer (STS-B similarity)
 
 
+class Embedding(BaseModel):
+    embedding: list[float]  # a sentence embedder's answer: the text's vector (L2-normalised when the model is)
+
+
 class PredictResponse(BaseModel):
     model: str
     policy: str
     task: str | None = None  # the task whose head answered (None: a model without a task name)
     label_names: list[str]
-    predictions: list[Prediction | LabelSet | Score | Tags | Answer]
+    predictions: list[Prediction | LabelSet | Score | Embedding | Tags | Answer]
 
 
 class ErrorResponse(BaseModel):
@@ -304,7 +308,8 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
         precision. ``store`` says whether the state store answers a ping (one per second at most, on its own
         thread, waiting --state-timeout at most); when it does not, 503 with ``"store": "unreachable"``."""
         tasks = [{"name": t.name, "kind": t.kind, "labels": t.labels, "pair": t.pair} for t in info.tasks] or [
-            {"name": info.task, "kind": "classification" if info.threshold is None else "multi-label",
+            {"name": info.task, "kind": "embedding" if predictor.embedding else
+             "classification" if info.threshold is None else "multi-label",
              "labels": info.labels, "pair": info.pair, **({} if info.threshold is None else
                                                           {"threshold": info.threshold})}]
         out = {"status": "ok" if batcher.thread.is_alive() else "degraded", "model": name,
@@ -399,6 +404,9 @@ def create_app(model_dir: str, cfg: ServeConfig, store: Store | None = None) -> 
             answer = [span_answer(text, p, labels) for text, p in zip(req.texts, probs, strict=True)]
             labels = labels if predictor.span == "token-classification" else []
         for enc, text, pair, p in zip(encs, req.texts, pairs, probs, strict=True) if not predictor.span else ():
+            if predictor.embedding:  # a vector per text: no labels to hide or to watermark
+                answer.append(Embedding(embedding=p))
+                continue
             if head is not None and head.regression:  # a score: no labels to hide or to watermark
                 answer.append(Score(score=policy.score(p[0])))
                 continue

@@ -9,7 +9,8 @@ labels, whether it reads pairs) and ``forward(encs, task)`` routes one pass thro
 task is named), under a lock, since the head to use is state of the model. A classification head answers
 probabilities, a regression head (STS-B) one score per example, a multi-label head (``problem_type``
 ``multi_label_classification``) a sigmoid probability per label, its label set being the labels at or above the
-decision threshold saved with the model (``info.threshold``).
+decision threshold saved with the model (``info.threshold``). A sentence embedder (an embedding run: the
+sentence-transformers layout) answers its vector per text (``embedding``; single texts only).
 """
 
 from __future__ import annotations
@@ -73,7 +74,15 @@ class Predictor:
             raise PtmlabError(f"model '{model_dir}' is not a directory: pass a ptmlab run directory")
         path = path.resolve()
         cfg = _run_config(path)
-        self.model = load_model(str(path))
+        from ptmlab.train.embedding import is_embedding_dir
+
+        self.embedding = is_embedding_dir(path)  # a sentence embedder: a vector per text
+        if self.embedding:
+            from ptmlab.distill.embeddings import load_sentence_model
+
+            self.model = load_sentence_model(str(path))[0]
+        else:
+            self.model = load_model(str(path))
         self.model.eval()
         self.precision = resolve_precision(precision, next(self.model.parameters()).device)
         self.chunk = chunk
@@ -89,7 +98,7 @@ class Predictor:
         from ptmlab.data.labels import decision_threshold, is_multi_label
 
         self.multi_label = not self.span and not heads and is_multi_label(config)  # a sigmoid per label
-        if not self.span and not heads and (getattr(config, "problem_type", None) == "regression"
+        if not self.span and not heads and not self.embedding and (getattr(config, "problem_type", None) == "regression"
                                             or (config.num_labels < 2 and not self.multi_label)):
             raise PtmlabError(f"model '{model_dir}' is a regression model: serving supports classifiers (and the "
                               f"regression heads of multi-task runs) only")
@@ -98,13 +107,13 @@ class Predictor:
         if positions and length > positions:
             raise PtmlabError(f"--max-length {length} exceeds the {positions} positions of model '{model_dir}': pass "
                               f"--max-length {positions} or less")
-        labels, task = _labels(config, path), cfg.get("task")
+        labels, task = ([] if self.embedding else _labels(config, path)), cfg.get("task")
         if task is not None and not isinstance(task, str):
             raise PtmlabError(f"'{path / 'config.yaml'}' names task {excerpt(task)!r}, not a task name: restore the "
                               f"run's config.yaml")
         if heads:  # the default head answers requests that name no task
             labels, task = heads[0].labels, heads[0].name
-        self.info = ModelInfo(str(path), labels, _is_pair(task), length, task,
+        self.info = ModelInfo(str(path), labels, False if self.embedding else _is_pair(task), length, task,
                               str(getattr(config, "model_type", "")), positions,
                               sum(p.numel() for p in self.model.parameters()), heads,
                               decision_threshold(config) if self.multi_label else None)
@@ -261,6 +270,8 @@ class Predictor:
         batch = {k: v.to(device) for k, v in batch.items()}
         with autocast_ctx(self.precision, device):
             logits = self.model(**model_inputs(self.model, batch)).logits.float()
+        if self.embedding:  # the sentence vectors themselves
+            return logits.tolist()
         if regression:
             return logits[:, :1].tolist()
         return (torch.sigmoid(logits) if self.multi_label else torch.softmax(logits, -1)).tolist()
