@@ -221,13 +221,41 @@ def test_structures_and_budgets_parse():
     assert parse_structure("prune:ffn=0.5/heads=0.25").name == "prune:heads=0.25/ffn=0.5"
     assert parse_structure("shrink:layers=4/hidden=192/heads=6/ffn=768").student_spec() == \
         "shrink:layers=4,hidden=192,heads=6,ffn=768"
-    for bad in ("layers:x", "prune:heads=1.5", "shrink:width=3", "vocab:1", "quantum"):
+    assert parse_structure("static").student_spec() == "static"
+    assert parse_structure("static:dim=32").student_spec() == "static:dim=32"
+    for bad in ("layers:x", "prune:heads=1.5", "shrink:width=3", "vocab:1", "quantum", "static:dim=0", "static:x=1"):
         with pytest.raises(PtmlabError):
             parse_structure(bad)
     names = [s.name for s in default_structures(SimpleNamespace(num_hidden_layers=6, hidden_size=384,
                                                                 num_attention_heads=12, intermediate_size=1536))]
     assert names[:2] == ["source", "vocab"] and "layers:3" in names and \
         "shrink:layers=4/hidden=192/heads=6/ffn=768" in names
+    assert names[-1] == "static"
+
+
+def test_a_static_student_is_a_candidate_and_its_winner_predicts(teacher, tmp_path):
+    import ptmlab
+    from ptmlab.models.zoo import load_model
+
+    out = tmp_path / "static"
+    run = ptmlab.optimize(teacher, max_loss=100, output=str(out), structures=["source", "static"],
+                          backends=["torch-fp32", "onnx"], objective="size", **FAST)
+    s = run.summary
+    rows = {(r["structure"], r["backend"]): r for r in s["trials"]}
+    assert {("static", "torch-fp32"), ("static", "onnx")} <= set(rows)
+    for b in ("torch-fp32", "onnx"):  # no layers: smaller than the run on either backend, so trained and measured
+        assert rows[("static", b)]["status"] == "complete" and 0 <= rows[("static", b)]["agreement"] <= 1, rows
+    trained = json.loads((out / "structures" / "static" / "summary.json").read_text())
+    assert trained["model"] == "static" and trained["strategy"] == "distill"
+    # within a 100-point budget the smallest model wins: the static student (a transformers directory or ONNX)
+    assert s["winner"]["structure"] == "static" and "static-embedding student" in s["recipe"]
+    assert (out / "model.onnx").is_file() or (out / "model.safetensors").is_file()
+    assert load_model(str(out)) is not None
+    preds = ptmlab.predict(out, ["the film was excellent", "awful and boring"])
+    assert len(preds) == 2 and all(p["label"] in ("neg", "pos") for p in preds)
+    (tmp_path / "in.csv").write_text("text\nthe film was excellent\n")
+    proc = run_cli("predict", str(out), "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "p"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_bad_input_is_one_line_and_writes_nothing(teacher, tmp_path):

@@ -66,7 +66,7 @@ def test_a_tagger_is_optimized_on_entity_f1_and_its_winner_predicts(tagger, stor
 
     out = tagger / "opt"
     run = ptmlab.optimize(tagger / "run", max_loss=50, output=str(out), objective="size",
-                          structures=["source", "layers:1", "prune:heads=0.5/ffn=0.5"], **FAST)
+                          structures=["source", "layers:1", "prune:heads=0.5/ffn=0.5", "static"], **FAST)
     s = run.summary
     rows = _check_trials(s, "entity_f1", 1.0)
     assert s["source"]["dev"] > 0.5  # the run tags well: entity F1 is a fraction, and points are 100ths of it
@@ -83,6 +83,10 @@ def test_a_tagger_is_optimized_on_entity_f1_and_its_winner_predicts(tagger, stor
     parity = json.loads((out / "parity.json").read_text())
     assert parity["kind"] == "token-classification" and parity["words"] > 0 and 0 <= parity["label_agreement"] <= 1
     assert (out / "model.onnx").is_file() or (out / "model.safetensors").is_file()
+    # a static-embedding student cannot tag words: left out of the space, with the reason in the report
+    assert [x["structure"] for x in s["left_out"]] == ["static"] and "tag words" in s["left_out"][0]["reason"]
+    assert not [r for r in s["trials"] if r["structure"] == "static"]
+    assert "Left out of the search space: static" in (out / "report.html").read_text()
     # the winner tags like any run: predict (API and CLI) and serve
     preds = ptmlab.predict(out, [["alice", "smith", "met", "oslo"]])
     assert len(preds[0]["tags"]) == 4

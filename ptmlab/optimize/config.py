@@ -17,7 +17,7 @@ HELD_OUT = ("auto", "test", "dev")
 SAMPLERS = ("tpe", "random")
 # the run's reading options, recorded in OUT/config.yaml for serve and predict (not options of optimize)
 RUN_KEYS = ("max_length", "task_kind", "doc_stride", "label_all_subtokens")
-STRUCTURE_KINDS = ("source", "vocab", "layers", "shrink", "prune")
+STRUCTURE_KINDS = ("source", "vocab", "layers", "shrink", "prune", "static")
 # training options that mean nothing here: students and recoveries always train fully, once, without a test pass
 EXCLUDED = (*STRATEGY_OPTIONS, "llrd", "test", "max_steps", "report_to", "compile", "early_stopping", "eval_steps",
             "save_steps")
@@ -63,7 +63,8 @@ class OptimizeConfig(TrainArgs):
                               + " (torch-bf16 only where the CPU runs bf16 fast)")
     structures: list[str] = opt(["auto"], "structures to try: auto (a default set for the run's size), source, vocab, "
                                           "layers:K (a student of K layers), shrink:layers=L/hidden=H/heads=A/ffn=F "
-                                          "(TinyBERT-style), prune:heads=F/ffn=F (recovered by distillation)")
+                                          "(TinyBERT-style), prune:heads=F/ffn=F (recovered by distillation), "
+                                          "static[:dim=D] (a static-embedding student; sentence tasks)")
     sampler: str = opt("tpe", "Optuna sampler: tpe or random", choices=list(SAMPLERS))
     held_out: str = opt("auto", "held-out part for the winner's report: test (the run's labelled test split), dev "
                                 "(a part of dev the search never reads), auto (test when labelled, else dev)",

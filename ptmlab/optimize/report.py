@@ -158,7 +158,7 @@ def finish(ctx, pairs: list[tuple[str, str]]) -> dict:
                "winner": {k: v for k, v in winner.items() if k != "dev_metrics"}, "recipe": recipe(winner),
                "target_met": improves, "nearest": nearest, "held_out": held, "metrics": winner.get("dev_metrics"),
                **lat, "export": fmt, "parity": parity, "machine": machine(ctx.threads), "search": search,
-               "search_part": {"examples": len(ctx.dev)}, "notes": ctx.notes, "trials": rows,
+               "search_part": {"examples": len(ctx.dev)}, "notes": ctx.notes, "left_out": ctx.left_out, "trials": rows,
                "front": [r["trial"] for r in front(rows)]}
     if ctx.held_name == "test split":
         summary["test_metrics"] = held_win
@@ -184,6 +184,8 @@ def recipe(row: dict) -> str:
     if what is None:
         kind = s.partition(":")[0]
         what = {"layers": f"a student ({s}) distilled from the run with soft_ce",
+                "static": f"a static-embedding student ({s}: a token table, mean-pooled, a linear head) distilled "
+                          f"from the run with soft_ce",
                 "shrink": f"a TinyBERT-style smaller model ({s}) sliced from the run and distilled with soft_ce",
                 "prune": f"the run pruned ({s}) and recovered by distillation from it"}[kind]
     return f"{what}, run on {row['backend']} ({BACKENDS.help(row['backend'])})"
@@ -275,6 +277,8 @@ def _lines(ctx, summary: dict) -> list[str]:
     lines.append(f"Held-out part ({held['part']}, {held['examples']} examples, read once): winner "
                  f"{held['winner'][main]:.4f}, run {held['source'][main]:.4f}: {held['loss_points']:+.2f} points lost, "
                  f"{verdict} --max-loss {cfg.max_loss:g}.")
+    for item in summary.get("left_out") or []:
+        lines.append(f"Left out of the search space: {item['structure']}: {item['reason']}.")
     s = summary["search"]
     lines.append(f"Search: {s['trials']} trials of {s['candidates']} candidates ({s['complete']} complete, "
                  f"{s['pruned']} stopped early, {s.get('over_budget', 0)} not started for lack of time, "

@@ -142,6 +142,7 @@ class Context:
         self.deadline_budget = parse_budget(cfg.budget)
         self.texts = timing_texts(self.dev, spec, cfg.latency_texts)
         self.notes: list[str] = []
+        self.left_out: list[dict] = []
         self._structure_logits: dict[str, object] = {}
         self.source_logits = None
         self.source_metrics: dict = {}
@@ -183,6 +184,11 @@ class Context:
         """Seconds of search so far, across resumed calls."""
         before = float(self.study.user_attrs.get("elapsed_before_s", 0.0)) if self.study is not None else 0.0
         return before + time.time() - self.started
+
+    def leave_out(self, name: str, reason: str) -> None:
+        """A structure of the request that cannot apply to this run: not searched, named in the report."""
+        self.left_out.append({"structure": name, "reason": reason})
+        self.note(f"{name} left out: {reason}")
 
     def note(self, text: str) -> None:
         self.notes.append(text)
@@ -466,16 +472,24 @@ def check_inputs(cfg: OptimizeConfig, resume: bool) -> None:
 
 def search_space(ctx: Context) -> list[tuple[str, str]]:
     from ptmlab.optimize.backends import bf16_fast
+    from ptmlab.optimize.space import SENTENCE_ONLY
 
     cfg = ctx.cfg
     structures = default_structures(ctx.source.config) if "auto" in cfg.structures else []
     structures += [parse_structure(s) for s in cfg.structures if s != "auto"]
     seen, unique = set(), []
     for s in structures:
-        if s.name not in seen:
-            check_fits(s, ctx.source.config)
-            seen.add(s.name)
-            unique.append(s)
+        if s.name in seen:
+            continue
+        seen.add(s.name)
+        if ctx.kind != "sentence" and s.kind in SENTENCE_ONLY:
+            ctx.leave_out(s.name, f"{SENTENCE_ONLY[s.kind]} ({ctx.spec.kind} run)")
+            continue
+        check_fits(s, ctx.source.config)
+        unique.append(s)
+    if not unique:
+        raise PtmlabError(f"no structure of --structures {','.join(cfg.structures)} applies to a {ctx.spec.kind} run: "
+                          f"add source, vocab, layers:K, shrink:... or prune:...")
     backends = list(dict.fromkeys(cfg.backends))
     if "torch-bf16" in backends and not bf16_fast():
         backends.remove("torch-bf16")

@@ -142,6 +142,10 @@ class Structures:
                 from ptmlab.distill.config import DistillConfig
                 from ptmlab.distill.pipeline import run_distill
 
+                if s.kind == "static":  # a token table and a fresh head learn at a table's rate
+                    from ptmlab.optimize.space import STATIC_LR
+
+                    common["lr"] = max(cfg.lr, STATIC_LR)
                 dcfg = build_config(DistillConfig, {**common, **data, "teacher": cfg.model,
                                                     "student": s.student_spec(), "losses": ["soft_ce"],
                                                     "alpha": cfg.distill_alpha,
@@ -163,7 +167,7 @@ class Structures:
         if s.kind == "vocab":
             model, tok, _ = self.get(s)
             return model, tok
-        if s.kind in ("layers", "shrink"):
+        if s.kind in ("layers", "shrink", "static"):
             from ptmlab.distill.students import build_student
 
             if ctx.kind != "sentence":  # as the span distillation builds it
