@@ -91,6 +91,9 @@ def read_pooling(path: Path) -> tuple[str, bool, int]:
             if kind.endswith("Pooling"):
                 conf = json.loads((path / m.get("path", "") / "config.json").read_text(encoding="utf-8"))
                 chosen = [k for k, key in _ST_POOLING_KEYS.items() if conf.get(key)]
+                named = conf.get("pooling_mode")  # sentence-transformers 6 names the mode: {"pooling_mode": "mean"}
+                if not chosen and isinstance(named, str) and named in POOLING_MODES:
+                    chosen = [named]
                 if not chosen:
                     raise PtmlabError(f"'{path}' uses a pooling mode ptmlab does not support ({conf}): use mean, "
                                       f"cls or max pooling")
