@@ -149,6 +149,46 @@ def test_multilingual_study_small(tmp_path):
                                                               "newstest:fr:test:en->newstest:fr:test"]
     assert r["rule"]["outcome"] == "inconclusive" and r["judged_student"] == "copy"  # one seed cannot decide
     assert r["outcome"] == "cannot test"  # nor show the student's English quality above 0 at the seed level
+    from ptmlab.studies.evidence import unpack_bits
+    from ptmlab.studies.multilingual import hit_key
+
+    hits = r["evidence"]["hits"]  # each reported set's per-sentence hits, teacher and student, both directions
+    assert len(hits) == 4 and set(hits[hit_key("teacher", "-", "newstest:de:test:en->newstest:de:test")]) == \
+        {"src_to_tgt", "tgt_to_src"}
+    for row in r["rows"]:
+        if row["part"] == "report":
+            kept = hits[hit_key(row["model"], row["seed"], row["set"])]
+            assert round(100 * unpack_bits(kept["src_to_tgt"]).mean(), 2) == row["src_to_tgt"]
+
+
+def test_gain_interval_carries_the_sentences_noise():
+    """With per-sentence hits the gain's interval resamples seeds, then sentences: three seeds that agree exactly on
+    their accuracy still get an interval as wide as the sentences make it (a t over seeds would have none)."""
+    import numpy as np
+
+    from ptmlab.studies.evidence import pack_bits
+    from ptmlab.studies.multilingual import decide, hit_key
+
+    rng = np.random.default_rng(0)
+    n, sets = 200, ["newstest:de:test:en->newstest:de:test", "newstest:fr:test:en->newstest:fr:test"]
+    teacher = (rng.random(n) < 0.3).astype(float)
+    student = [np.roll((rng.random(n) < 0.6).astype(float), 0) for _ in range(3)]
+    student = [student[0]] * 3  # identical seeds: a t over seeds has zero width
+    rows, hits = [], {}
+    for name in sets:
+        rows.append({"model": "teacher", "seed": "-", "set": name, "part": "report", "sts_spearman": 0.8,
+                     "src_to_tgt": round(100 * teacher.mean(), 2), "tgt_to_src": round(100 * teacher.mean(), 2)})
+        hits[hit_key("teacher", "-", name)] = {d: pack_bits(teacher) for d in ("src_to_tgt", "tgt_to_src")}
+        for seed in (0, 1, 2):
+            rows.append({"model": "copy", "seed": seed, "set": name, "part": "report", "sts_spearman": 0.8,
+                         "src_to_tgt": round(100 * student[seed].mean(), 2),
+                         "tgt_to_src": round(100 * student[seed].mean(), 2)})
+            hits[hit_key("copy", seed, name)] = {d: pack_bits(student[seed]) for d in ("src_to_tgt", "tgt_to_src")}
+    with_hits, seeds_only = decide(rows, ["copy"], hits), decide(rows, ["copy"])
+    a, b = with_hits.parts[0].estimate, seeds_only.parts[0].estimate
+    assert abs(a.value - b.value) < 0.01  # the same gain in points
+    assert b.high - b.low < 1e-9 < a.high - a.low  # the sentences' noise is only in the interval from the hits
+    assert "then 200 examples" in a.method
 
 
 # the verdict rule on synthetic numbers (every outcome): tests/test_study_rules_b.py

@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = resolve_config(RetrievalConfig, args, args.config)
     sets = [read_pairs(s, t, cfg.max_pairs or None) for s, t in pair_files(cfg.pairs)]
     model, tok = load_sentence_model(args.model, cfg.pooling)
-    rows = [evaluate_pairs(model, tok, p, cfg.max_length, cfg.batch_size) for p in sets]
+    rows = [{k: v for k, v in evaluate_pairs(model, tok, p, cfg.max_length, cfg.batch_size).items() if k != "hits"}
+            for p in sets]
     result = {"model": args.model, "pooling": model.describe(), "results": rows}
     if cfg.output:
         atomic_write_json(output_file(cfg.output, "retrieval.json"), result)

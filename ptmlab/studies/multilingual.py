@@ -17,15 +17,18 @@ Verdict rule (written before the runs): the student judged is chosen before the 
 one with the highest mean retrieval accuracy on the development sets (Multi30k val, the third and fourth evaluation
 pairs; with one student or no development set, the first of --students). Per seed and per reported set (German and
 French held-out news sentences) and direction, its gain is its retrieval accuracy minus the undistilled teacher's, in
-points, and its English change is its STS-B dev Spearman minus the teacher's; each gets a 95% t interval over seeds.
+points, and its English change is its STS-B dev Spearman minus the teacher's; each gets a 95% interval over
+seeds (the gains: seeds, then sentences).
 Supported when every gain's interval lies above +20 points and the English change's one-sided 95% lower bound above
 -0.03 (non-inferiority); not supported when any gain's interval lies below +20 points or the English change's
 one-sided 95% upper bound below -0.03; inconclusive otherwise, with one seed (--budget small), or without STS-B data
 (English unmeasured). Each set, direction and the English change is a part, shown with its own outcome.
 
-The intervals are t intervals over seeds on one fixed set of held-out sentences: the sentences' own noise is not in
-them (the per-sentence retrieval hits are not kept). A seeds-then-sentences bootstrap over per-sentence hits, and a
-held-out check on general-domain sentences the study never read, take a rerun (docs/studies.md).
+Each gain's interval is a hierarchical bootstrap over seeds, then sentences, from every seed's and the teacher's
+per-sentence retrieval hits on the reported sets (kept in ``evidence``), so the sentences' own noise is in it; a
+record without the hits (an earlier run) is judged by a t interval over seeds on its fixed sentence set. A held-out
+check on general-domain parallel sentences the study never read needs such a set: the ones at hand (Multi30k,
+news, Tatoeba) are all read by the study.
 
 Budgets: ``--budget small`` distils the tiny model on 200 pairs per set, one seed, 100 evaluation pairs
 (inconclusive by construction; about a minute on 2 CPU cores). The default distils the copy of minilm on all of the
@@ -46,6 +49,7 @@ from ptmlab.core.config import at_least, opt, positive
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
 from ptmlab.studies.common import StudyBase, parse_study_args, write_study
+from ptmlab.studies.evidence import evidence_of
 from ptmlab.studies.executor import Run, run_grid
 from ptmlab.studies.verdict import (
     INCONCLUSIVE,
@@ -69,7 +73,8 @@ CLAIM = Claim(
          "student or no development set, the first of --students). Per seed and per reported set (German and French "
          "held-out news sentences) and direction, its gain is its retrieval accuracy minus the undistilled "
          "teacher's, in points, and its English change is its STS-B dev Spearman minus the teacher's; each gets a "
-         "95% t interval over seeds. Supported when every gain's interval lies above +20 points and the English "
+         "95% interval over seeds (the gains: a bootstrap over seeds, then sentences, from the per-sentence hits). "
+         "Supported when every gain's interval lies above +20 points and the English "
          "change's one-sided 95% lower bound above -0.03 (non-inferiority); not supported when any gain's interval "
          "lies below +20 points or the English change's one-sided 95% upper bound below -0.03; inconclusive "
          "otherwise, with one seed (--budget small), or without STS-B data (English unmeasured). Each set, "
@@ -198,13 +203,19 @@ def run(argv: list[str]) -> int:
     out = Path(a.output)
     name = a.teacher
     a = dataclasses.replace(a, teacher=fixed_teacher(a.teacher, int(a.seeds[0]), out))
-    rows = []
+    rows, hits = [], {}
 
     def add(name: str, seed, model: str) -> None:
+        from ptmlab.studies.evidence import pack_bits
+
         for i, r in enumerate(_retrieval(model, a)):
+            part = "report" if i < REPORT_SETS else "dev" if i < 2 * REPORT_SETS else "beside"
             rows.append({"model": name, "seed": seed, "set": f"{Path(r['src']).name}->{Path(r['tgt']).name}",
-                         "part": "report" if i < REPORT_SETS else "dev" if i < 2 * REPORT_SETS else "beside",
-                         "src_to_tgt": r["src_to_tgt"], "tgt_to_src": r["tgt_to_src"], "sts_spearman": None})
+                         "part": part, "src_to_tgt": r["src_to_tgt"], "tgt_to_src": r["tgt_to_src"],
+                         "sts_spearman": None})
+            if part == "report":  # the sets the rule reads: each sentence's hit, for the seeds-then-sentences interval
+                hits[hit_key(name, seed, rows[-1]["set"])] = {d: pack_bits(r["hits"][d])
+                                                              for d in ("src_to_tgt", "tgt_to_src")}
         rows[-1]["sts_spearman"] = _sts(model, a)
 
     add("teacher", "-", a.teacher)
@@ -218,9 +229,9 @@ def run(argv: list[str]) -> int:
             add(f"{kind} (before)", "-", bases[kind])
         for seed in seeds:
             add(kind, seed, str(out / f"{kind}-seed{seed}"))
-    v = decide(rows, list(a.students))
+    v = decide(rows, list(a.students), hits)
     write_study(out, f"Study: multilingual distillation ({name})", rows, v,
-                extra={"judged_student": choose_student(rows, list(a.students))},
+                extra={"judged_student": choose_student(rows, list(a.students)), "evidence": {"hits": hits}},
                 claim=CLAIM, budget=a.budget, seeds=[int(s) for s in a.seeds], validity=validity)
     return 0
 
@@ -265,9 +276,32 @@ def _acc(rows: list[dict], model: str, seed, name: str, direction: str) -> float
                  and r["set"] == name and r.get("part", "report") == "report"), None)
 
 
-def decide(rows: list[dict], students: list[str]) -> Verdict:
+def hit_key(model: str, seed, name: str) -> str:
+    """Where ``evidence["hits"]`` keeps a model's per-sentence hits on one reported set."""
+    return f"{model}|{seed}|{name}"
+
+
+def _gain(rows: list[dict], hits: dict | None, best: str, seeds: list, name: str, direction: str, base: float,
+          mine: list[float], what: str):
+    """The judged student's retrieval gain over the teacher (points) on one reported set and direction: with every
+    seed's and the teacher's per-sentence hits, a hierarchical bootstrap (seeds, then sentences: the sentences'
+    noise in the interval); else a t interval over the seeds' accuracies on the fixed sentence set."""
+    from ptmlab.studies.evidence import unpack_bits
+    from ptmlab.studies.verdict import hierarchical_bootstrap
+
+    kept = [(hits or {}).get(hit_key(m, s, name), {}).get(direction) for m, s in [("teacher", "-")] +
+            [(best, s) for s in seeds]]
+    if all(isinstance(k, str) for k in kept):
+        teacher, *students = (100.0 * unpack_bits(k) for k in kept)
+        if len({len(teacher), *(len(x) for x in students)}) == 1:
+            return hierarchical_bootstrap(students, [teacher] * len(students), what)
+    return mean_interval([x - base for x in mine], what)
+
+
+def decide(rows: list[dict], students: list[str], hits: dict | None = None) -> Verdict:
     """The rule of ``CLAIM`` (rows: per model, seed and evaluation set; the teacher's seed is "-"): every reported
-    set and direction must gain more than ``GAIN_POINTS`` over the teacher, by a t interval over seeds."""
+    set and direction must gain more than ``GAIN_POINTS`` over the teacher, by a 95% interval over seeds then
+    sentences where ``hits`` (``hit_key`` -> direction -> packed per-sentence hits) keeps them, else over seeds."""
     best = choose_student(rows, students)
     teacher = _mean_acc(rows, "teacher", "-", "report")
     if best is None or teacher is None:
@@ -284,8 +318,9 @@ def decide(rows: list[dict], students: list[str]) -> Verdict:
             if base is None or any(x is None for x in mine):
                 parts.append(Verdict(INCONCLUSIVE, f"{name} {direction}: not measured"))
                 continue
-            est = mean_interval([x - base for x in mine], f"retrieval gain of '{best}' over the teacher, "
-                                f"{_side(query)} -> {_side(found)} (points; teacher {base:.2f}%)")
+            est = _gain(rows, hits, best, seeds, name, direction, base, mine,
+                        f"retrieval gain of '{best}' over the teacher, {_side(query)} -> {_side(found)} (points; "
+                        f"teacher {base:.2f}%)")
             parts.append(decide_above(est, GAIN_POINTS))
     if not parts:
         return Verdict(INCONCLUSIVE, "no reported evaluation set measured")
@@ -303,11 +338,14 @@ def decide(rows: list[dict], students: list[str]) -> Verdict:
 
 def recomputed_from(record: dict) -> tuple[str, str]:
     """How ``restate`` recomputed ``record``'s verdict (``rederive``'s ``recompute`` block)."""
+    if (evidence_of(record).get("hits") or {}):
+        return "recomputed", "every seed's and the teacher's per-sentence retrieval hits on the reported sets"
     return "recomputed", ("per-seed retrieval accuracies per set and direction (rows); the per-sentence hits a "
                           "seeds-then-sentences interval would read are not kept")
 
 
-RERUN = ("a rerun that keeps each seed's per-sentence retrieval hits, for a seeds-then-sentences bootstrap")
+RERUN = ("a rerun of the current code keeps each seed's per-sentence retrieval hits, for a seeds-then-sentences "
+         "bootstrap")
 
 
 def restate(record: dict, name: str = "multilingual-distillation") -> Verdict | None:
@@ -316,7 +354,7 @@ def restate(record: dict, name: str = "multilingual-distillation") -> Verdict | 
     sentences' noise is not in them (a rerun of the current design records them)."""
     rows = [r for r in record.get("rows") or [] if isinstance(r, dict) and "model" in r]
     students = list(dict.fromkeys(str(r["model"]) for r in rows if r.get("model") != "teacher"))
-    return decide(rows, students) if rows and students else None
+    return decide(rows, students, evidence_of(record).get("hits")) if rows and students else None
 
 
 def validity(record: dict) -> list:
