@@ -240,6 +240,25 @@ def test_extraction_decide_bootstraps_dev_agreement():
     assert "label: 60.0%" in decide(([1.0] * 970 + [0.0] * 30, 0.5), 1000, rows).reason
 
 
+def test_extraction_over_seeds_resamples_seeds_then_examples():
+    """Several victim/copy seeds: the interval is a bootstrap over seeds, then examples, and seeds that disagree
+    widen it past what the examples alone give; the per-example records give the verdict again."""
+    from ptmlab.studies.evidence import pack_runs
+    from ptmlab.studies.extraction import decide, restate
+
+    seeds = [[1.0] * 930 + [0.0] * 70, [1.0] * 910 + [0.0] * 90, [1.0] * 950 + [0.0] * 50]
+    v = decide((seeds, 0.5), 1000)
+    assert "3 seeds then 1000 examples" in v.estimate.method and abs(v.estimate.value - 0.93) < 1e-9
+    one = decide((seeds[0], 0.5), 1000).estimate
+    assert v.estimate.high - v.estimate.low > one.high - one.low  # the seeds' spread is in the interval
+    assert decide(([[1.0] * 990 + [0.0] * 10] * 3, 0.5), 1000).outcome == S
+    record = {"largest_budget": 1000, "agreement_on": ["dev"], "rows": [],
+              "evidence": {"agreement": pack_runs(seeds), "majority": [0.5, 0.52, 0.51]}}
+    again = restate(record)
+    assert again.outcome == v.outcome and again.estimate.value == v.estimate.value
+    assert restate({"rows": []}) is None  # an earlier record without the per-example agreement
+
+
 def test_extraction_agreement_pools_dev_and_test_examples(tmp_path):
     import json
 

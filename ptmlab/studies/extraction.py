@@ -26,6 +26,11 @@ sentences, undecided against 0.90 because 872 examples give about ±0.019. The c
 and the 1,821 GLUE test sentences of SST-2 (2,693 in all, about ±0.011 at that agreement) with otherwise the same
 settings: ``ptmlab study extraction --budget full --agreement-on dev,test --output D``.
 
+Seeds: with ``--seeds 0,1,2`` the victim, the RANDOM queries and the copy at the largest budget are repeated for
+every seed (the budget curve and the defences are measured for the first), and the agreement's interval is a
+bootstrap over seeds, then examples, so that how much one victim and one copy happened to agree is in it. Every run
+keeps each seed's per-example agreement (``evidence``), from which ``restate`` recomputes the verdict.
+
 Budgets: ``--budget small`` trains tiny copies of a tiny random victim on 40 and 80 queries (it checks the
 machinery; such a victim often answers one label, and the rule then says inconclusive); ``--budget full`` uses the
 whole dev set and budgets up to 20,000 queries (``--victim-model mpnet --model mpnet`` gives the paper's 12-layer
@@ -54,8 +59,17 @@ from pathlib import Path
 from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import StudyArgs, command_config, finetune_variant, parse_study_args, write_study
-from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, bootstrap_mean, decide_above
+from ptmlab.studies.common import (
+    StudyArgs,
+    command_config,
+    finetune_variant,
+    parse_study_args,
+    seed_dir,
+    seed_list,
+    write_study,
+)
+from ptmlab.studies.evidence import evidence_of, pack_runs, unpack_runs
+from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, bootstrap_mean, decide_above, hierarchical_bootstrap
 
 CLAIM = Claim(
     study="extraction",
@@ -142,8 +156,8 @@ def _attack(a, store, out: Path, strategy: str, budget: int, serve_kw: dict | No
     return summary, key
 
 
-RERUN = ("the study does not yet keep each example's copy-victim agreement (evidence); a run that keeps it, over at "
-         "least 3 victim and copy seeds, would be recomputable")
+RERUN = ("the run kept no per-example agreement; the current code keeps it (evidence) and, with --seeds 0,1,2, "
+         "repeats the victim and the copy over seeds")
 
 
 @STUDIES.register("extraction", help="Q17: can a served model be copied with random queries? and which defences help")
@@ -157,9 +171,12 @@ def run(argv: list[str]) -> int:
         raise PtmlabError(f"--agreement-on {','.join(a.agreement_on)}: give dev or dev,test")
     test = load_test_split(a) if "test" in a.agreement_on else None  # before any training: a missing split fails fast
     out = Path(a.output)
+    seeds = seed_list(a)
+    given_victim = a.victim
+    a = dataclasses.replace(a, seed=seeds[0])
     if not a.victim:
-        finetune_variant(a, out / "victim", model=a.victim_model)
-        a = dataclasses.replace(a, victim=str(out / "victim"))
+        finetune_variant(a, seed_dir(out, "victim", seeds[0], seeds), model=a.victim_model, seed=seeds[0])
+        a = dataclasses.replace(a, victim=str(seed_dir(out, "victim", seeds[0], seeds)))
     budgets = sorted(int(b) for b in a.budgets)
     # every attack below runs again on a rerun, so the serving state (keys, usage, audit) starts empty each time:
     # a kept store would hold a second key of the same name
@@ -216,16 +233,32 @@ def run(argv: list[str]) -> int:
         else:
             raise PtmlabError(f"unknown defence '{d}': choose from label, rounded:1, rounded:2, budget, watermark, "
                               f"detector, vote, padded, false-alarms")
-    measured, counts = None, {}
+    measured, counts, per_seed = None, {}, []
     if "random" in a.strategies:
-        if test is not None:
-            label_test_split(a, test, out / f"random-{top}")
-        measured, counts = agreement(out / f"random-{top}", a.agreement_on)
+        copies = {seeds[0]: (a, out / f"random-{top}")}
+        for seed in seeds[1:]:  # the rule's copy again for every other seed: its own victim, queries and copy
+            b = dataclasses.replace(a, seed=seed, victim=given_victim or str(seed_dir(out, "victim", seed, seeds)))
+            if not given_victim:
+                finetune_variant(b, Path(b.victim), model=b.victim_model, seed=seed)
+            s, _ = _attack(b, store, out / f"random-{top}-seed{seed}", "random", top)
+            rows.append({**_row(s, "random", top, "none", "-"), "seed": seed})
+            copies[seed] = (b, out / f"random-{top}-seed{seed}")
+        for b, copy_dir in copies.values():
+            if test is not None:
+                label_test_split(b, test, copy_dir)
+            got, counts = agreement(copy_dir, a.agreement_on)
+            if got is not None:
+                per_seed.append(got)
+        measured = (([g[0] for g in per_seed] if len(per_seed) > 1 else per_seed[0][0]),
+                    max(g[1] for g in per_seed)) if per_seed and len(per_seed) == len(seeds) else None
     verdict = decide(measured, top, rows, a.agreement_on)
     write_study(out, f"Study: model extraction ({a.model} copy of {a.victim} on {a.task})", rows, verdict,
-                [(_curve_plot(rows), "agreement_curve", "agreement with the victim against the query budget")],
-                extra={"largest_budget": top, "agreement_examples": counts}, claim=CLAIM, budget=a.budget,
-                seeds=[a.seed], validity=validity)
+                [(_curve_plot([r for r in rows if "seed" not in r]), "agreement_curve",
+                  "agreement with the victim against the query budget")],
+                extra={"largest_budget": top, "agreement_examples": counts, "agreement_on": list(a.agreement_on),
+                       "evidence": {"agreement": pack_runs([g[0] for g in per_seed]),
+                                    "majority": [round(g[1], 6) for g in per_seed]} if per_seed else {}},
+                claim=CLAIM, budget=a.budget, seeds=seeds, validity=validity)
     return 0
 
 
@@ -288,14 +321,19 @@ def agreement(run_dir: Path, splits=("dev",)) -> tuple[tuple[list[float], float]
     return (agree, majority), counts
 
 
-def decide(measured: tuple[list[float], float] | None, top: int, rows: list[dict] | None = None,
+def decide(measured: tuple[list, float] | None, top: int, rows: list[dict] | None = None,
            splits=("dev",)) -> Verdict:
-    """The rule of ``CLAIM`` on (per-example agreement, the victim's majority-label share) at the largest budget;
-    the defences (``rows``) are described after it, not part of it."""
-    if not measured or not measured[0]:
+    """The rule of ``CLAIM`` on (per-example agreement, the victim's majority-label share; with several seeds, one
+    agreement list per victim/copy seed and the largest majority share) at the largest budget: a bootstrap over the
+    examples for one seed, over seeds then examples for several; the defences (``rows``) are described after it,
+    not part of it."""
+    if not measured or not len(measured[0]):
         return Verdict(INCONCLUSIVE, "no undefended RANDOM attack at the largest budget was run")
     agree, majority = measured
-    est = bootstrap_mean(agree, f"{'+'.join(splits)} agreement of the RANDOM copy with the victim ({top} queries)")
+    what = f"{'+'.join(splits)} agreement of the RANDOM copy with the victim ({top} queries)"
+    several = not isinstance(agree[0], int | float)
+    est = hierarchical_bootstrap(agree, None, what) if several and len(agree) > 1 else \
+        bootstrap_mean(list(agree[0]) if several else agree, what)
     v = decide_above(est, THRESHOLD)
     if majority >= THRESHOLD:
         v = Verdict(INCONCLUSIVE, f"{v.reason}, but the victim gives one label to {majority:.0%} of the scored "
@@ -303,6 +341,8 @@ def decide(measured: tuple[list[float], float] | None, top: int, rows: list[dict
     base = est.value
     parts = [v.reason]
     for r in rows or []:
+        if "seed" in r:  # the rule's copy of another seed, in the interval above
+            continue
         if r["defence"] != "none" and r["agreement"] is not None:
             parts.append(f"{r['defence']}: {r['agreement']:.1%} ({r['agreement'] - base:+.1%})")
         elif r["defence"] != "none":
@@ -325,10 +365,28 @@ def _curve_plot(rows: list[dict]):
     return fig
 
 
+def recomputed_from(record: dict) -> tuple[str, str]:
+    """How ``restate`` recomputed ``record``'s verdict (``rederive``'s ``recompute`` block)."""
+    return "recomputed", "every victim/copy seed's per-example agreement (evidence)"
+
+
+def restate(record: dict, name: str = "extraction") -> Verdict | None:
+    """The rule on the record's per-example agreement (``evidence``); None for a record without it."""
+    ev = evidence_of(record)
+    runs = [r.tolist() for r in unpack_runs(ev.get("agreement") or [])]
+    if not runs:
+        return None
+    top = record.get("largest_budget") or 0
+    measured = (runs if len(runs) > 1 else runs[0], max(ev.get("majority") or [0.0]))
+    return decide(measured, int(top), record.get("rows"), tuple(record.get("agreement_on") or ("dev",)))
+
+
 def validity(record: dict) -> list:
     """The conditions of ``CLAIM`` on a results record (rows' ``victim_accuracy``)."""
     from ptmlab.studies.common import one_model_above, task_of
 
-    victim = next((r.get("victim_accuracy") for r in record.get("rows") or []
-                   if isinstance(r.get("victim_accuracy"), int | float)), None)
-    return one_model_above(record, task_of(record), "accuracy", victim, "the victim")
+    victims = [r.get("victim_accuracy") for r in record.get("rows") or []
+               if isinstance(r.get("victim_accuracy"), int | float)]
+    several = any("seed" in r for r in record.get("rows") or [])  # one victim per seed: the weakest must clear it
+    return one_model_above(record, task_of(record), "accuracy", min(victims) if victims else None,
+                           "the weakest victim" if several else "the victim")
