@@ -59,15 +59,7 @@ from pathlib import Path
 from ptmlab.core.config import at_least, opt
 from ptmlab.core.errors import PtmlabError
 from ptmlab.studies import STUDIES
-from ptmlab.studies.common import (
-    StudyArgs,
-    command_config,
-    finetune_variant,
-    parse_study_args,
-    seed_dir,
-    seed_list,
-    write_study,
-)
+from ptmlab.studies.common import StudyArgs, command_config, finetune_variant, parse_study_args, write_study
 from ptmlab.studies.evidence import evidence_of, pack_runs, unpack_runs
 from ptmlab.studies.verdict import INCONCLUSIVE, Claim, Verdict, bootstrap_mean, decide_above, hierarchical_bootstrap
 
@@ -165,6 +157,7 @@ def run(argv: list[str]) -> int:
     from ptmlab.serve import flag_keys, open_store, verify_watermark
     from ptmlab.serve.defences import read_queries
     from ptmlab.studies import extraction_adaptive as adaptive
+    from ptmlab.studies.common import seed_dir, seed_list
 
     a = parse_study_args("extraction", ExtractionStudyArgs, argv, __doc__, small=SMALL, full=FULL)
     if not set(a.agreement_on) <= {"dev", "test"} or "dev" not in a.agreement_on:
