@@ -54,9 +54,39 @@ def load_task_data(cfg, *, need_train: bool = True, source=None) -> TaskData:
         if len(data.splits["train"]) == 0:
             raise PtmlabError("the training split is empty: check --max-train and the data files")
     data.splits["dev"] = subset(data.splits["dev"], cfg.max_eval, seed)  # the test split stays whole
+    if need_train and getattr(cfg, "max_train_per_class", None):
+        data.splits["train"] = per_class_subset(data, cfg.max_train_per_class, seed)
     if data.spec.kind in SPAN_KINDS:
         span_options(data, cfg)
     return data
+
+
+def per_class_subset(data: TaskData, k: int, seed: int):
+    """``--max-train-per-class K``: K training examples of every class, each class's drawn after its own seeded
+    shuffle, kept in their original order. Classification only; a class with fewer than K examples is an error that
+    names it."""
+    kind = data.spec.kind
+    if kind != "classification":
+        raise PtmlabError(f"--max-train-per-class keeps K examples of each class, but task '{data.spec.name}' is "
+                          f"{kind}: use it with a single-label classification task, or --max-train N")
+    train = data.splits["train"]
+    names = label_names(data) or []
+    by_class: dict = {}
+    for i, y in enumerate(train.label):
+        by_class.setdefault(y, []).append(i)
+    rng = random.Random(seed)
+    chosen = []
+    for y in range(data.spec.num_labels):
+        rows = by_class.get(y, [])
+        if len(rows) < k:
+            name = names[y] if y < len(names) else y
+            fix = f"use --max-train-per-class {len(rows)} or less" if rows else "drop --max-train-per-class"
+            raise PtmlabError(f"--max-train-per-class {k}: class '{name}' has {len(rows)} training example"
+                              f"{'' if len(rows) == 1 else 's'}: {fix}, or add examples of that class")
+        rows = list(rows)
+        rng.shuffle(rows)
+        chosen.extend(rows[:k])
+    return train.select(sorted(chosen))
 
 
 def span_options(data: TaskData, cfg) -> None:

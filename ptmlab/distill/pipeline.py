@@ -21,6 +21,7 @@ from ptmlab.data.labels import MULTI_LABEL, PROBLEM_TYPE, decision_threshold
 from ptmlab.data.tasks import SPAN_KINDS
 from ptmlab.distill.config import DistillConfig
 from ptmlab.distill.matches import Match, ModelInfo, check_matches, default_matches, parse_losses, parse_matches
+from ptmlab.train.finetune import static_student_lr
 
 BUILT_FROM_TEACHER = ("layers:", "shrink:", "mobile:", "bilstm", "cnn", "static")
 
@@ -113,6 +114,7 @@ def run_distill(cfg: DistillConfig, command: str = "distill", resume: bool = Fal
     t_tok = load_tokenizer(cfg.teacher)
     set_seed(cfg.seed)
     student = build_student(cfg.student, teacher, spec.num_labels, regression, labels, tokenizer=t_tok)
+    cfg = session.cfg = static_student_lr(cfg, student)  # a static student: 3e-3 unless --lr was given
     if multi_label:
         student.config.problem_type = PROBLEM_TYPE
     own_tokenizer = not cfg.student.startswith(BUILT_FROM_TEACHER)

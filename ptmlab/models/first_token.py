@@ -11,10 +11,11 @@ where attention's share grows); `benchmarks/first_token.py` measures it per step
 
 ``first_token_only(model)`` installs the hook and returns its handle, or None where it does not apply: another
 family (MobileBERT's bottleneck layers reuse the layer input after the feed-forward block), a model that is not a
-stock ``*ForSequenceClassification``, or a last layer whose modules other layers share (cross-layer sharing).
-While it is installed the model's last hidden state has one position, so a caller that reads hidden states
-(distillation objectives, analysis) must not install it; ``fine_tune`` installs it only for its own task loss or a
-loss that declares ``logits_only`` and removes it when training ends.
+stock ``*ForSequenceClassification``, a mean-pooled one (``models.mean_pooling``: its head reads every position),
+or a last layer whose modules other layers share (cross-layer sharing). While it is installed the model's last
+hidden state has one position, so a caller that reads hidden states (distillation objectives, analysis) must not
+install it; ``fine_tune`` installs it only for its own task loss or a loss that declares ``logits_only`` and
+removes it when training ends.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ def _keep_first(module: nn.Module, inputs, output):
 def first_token_only(model: nn.Module) -> RemovableHandle | None:
     """Hook the last layer so its feed-forward block runs on position 0 only; None where that is not exact."""
     from ptmlab.core.errors import PtmlabError
+    from ptmlab.models.mean_pooling import is_mean_pooled
     from ptmlab.models.structure import structure_of
 
-    if not type(model).__name__.endswith("ForSequenceClassification"):
-        return None
+    if not type(model).__name__.endswith("ForSequenceClassification") or is_mean_pooled(model):
+        return None  # a mean-pooled head reads every position
     try:
         st = structure_of(model)
     except PtmlabError:

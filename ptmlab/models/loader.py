@@ -147,9 +147,9 @@ def load_from_dir(path: str, overrides: dict, task_head: bool = True, attn_imple
                               f"the checkpoint may be corrupt or truncated") from None
     model = cls.from_config(config, attn_implementation=attn)  # None: the class default (MPNet has no sdpa)
     apply_modifications(model, mods)
-    state = read_safetensors_dir(path)
+    state, fresh = _fit_head(model, read_safetensors_dir(path), path, config, overrides)
     missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.endswith("position_ids")]
+    missing = [k for k in missing if not k.endswith("position_ids") and k not in fresh]
     if missing or unexpected:
         raise PtmlabError(f"weights in '{path}' do not fit the recorded architecture (missing {missing[:3]}, "
                           f"unexpected {unexpected[:3]}): the model directory is inconsistent")
@@ -173,6 +173,24 @@ def _exported_config(path: str, overrides: dict):
     kept = {k: v for k, v in saved.items() if k not in ("model_type", "auto_map", "architectures")}
     arch = [a.removeprefix("Ptmlab") for a in saved.get("architectures") or []]
     return AutoConfig.for_model(family, **{**kept, "architectures": arch, **overrides})
+
+
+def _fit_head(model, state: dict, path: str, config, overrides: dict) -> tuple[dict, set[str]]:
+    """A modified model's saved head sized for other classes than ``overrides['num_labels']``: a static-embedding
+    student (its head is a linear layer over the table, untrained when ``distill_static`` made it) gets a fresh head
+    for the new classes (the saved head's tensors are left out; their names are returned); any other model a one-line
+    error naming the fix."""
+    own = model.state_dict()
+    wrong = [k for k, v in state.items() if k in own and own[k].shape != v.shape]
+    if not wrong:
+        return state, set()
+    if overrides.get("num_labels") is not None and all(k.startswith("classifier.") for k in wrong):
+        if getattr(config, "ptmlab_static", None) is not None:
+            return {k: v for k, v in state.items() if k not in wrong}, set(wrong)
+        _head_mismatch(path, overrides, RuntimeError("size mismatch"))
+    raise PtmlabError(f"weights in '{path}' do not fit the recorded architecture ({wrong[0]} has shape "
+                      f"{tuple(state[wrong[0]].shape)}, the model {tuple(own[wrong[0]].shape)}): the model directory "
+                      f"is inconsistent")
 
 
 def _head_mismatch(path: str, overrides: dict, error: Exception) -> None:

@@ -63,12 +63,16 @@ class DataArgs(Validated):
                                        "eval)")
     max_train: int | None = opt(None, "use the first N training examples after a seeded shuffle")
     max_eval: int | None = opt(None, "use the first N dev examples after a seeded shuffle (the test split stays whole)")
+    max_train_per_class: int | None = opt(None, "classification: keep K training examples of every class (seeded, "
+                                                "stratified; after --max-train): few-shot training, e.g. with "
+                                                "--strategy setfit; a class with fewer than K is an error")
     max_length: int = opt(128, "truncate inputs to this many tokens")
 
     def validate_data(self) -> None:
         if self.max_length < 8 or self.max_length > 8192:
             raise PtmlabError(f"--max-length {self.max_length} is out of range: use 8..8192 (models take <=512)")
         at_least(self, 0, "max_train", "max_eval", "doc_stride")
+        at_least(self, 1, "max_train_per_class")
 
 
 # ptmlab.longseq.strategies implements them (train may not import it)
@@ -118,7 +122,7 @@ class LongArgs:
 # the options that choose how a pretrained model is fine-tuned: commands whose model always trains fully
 # (distillation, pre-training) leave them out of their flags (``CLI_EXCLUDE``)
 STRATEGY_OPTIONS = ("strategy", "unfreeze_every", "adapter_size", "lora_r", "lora_alpha", "lora_dropout",
-                    "lora_target_modules")
+                    "lora_target_modules", "setfit_pairs", "setfit_lr", "setfit_batch_size")
 
 
 # one set of --precision choices for every command that runs a model (training, evaluation, prediction, serving)
@@ -154,7 +158,7 @@ class TrainArgs(Validated):
                         aliases=("--lr-scheduler-type",))
     stlr_cut_frac: float = opt(0.1, "slanted triangular: fraction of steps spent increasing the rate")
     stlr_ratio: float = opt(32.0, "slanted triangular: ratio of the peak to the lowest rate")
-    strategy: str = opt("full", "fine-tuning strategy: full, frozen, gradual-unfreeze, adapter, lora, ulmfit")
+    strategy: str = opt("full", "fine-tuning strategy: full, frozen, gradual-unfreeze, adapter, lora, ulmfit, setfit")
     llrd: float = opt(1.0, "layer-wise learning-rate decay factor (discriminative fine-tuning); 1 = off")
     unfreeze_every: int = opt(0, "gradual-unfreeze: steps between unfreezing groups (0: the training steps spread "
                                             "evenly over the groups)")
@@ -165,6 +169,10 @@ class TrainArgs(Validated):
     lora_target_modules: list[str] = opt([], "LoRA: names of the modules to adapt (e.g. query,key,value,dense; a "
                                              "module matches when its name ends with one); default: the attention "
                                              "query and value of the architecture's structure map")
+    setfit_pairs: int = opt(0, "setfit: same-class / different-class training pairs for the contrastive phase "
+                               "(0: 40 per training example, half of each kind, at most 5000)")
+    setfit_lr: float = opt(2e-5, "setfit: learning rate of the encoder in the contrastive phase")
+    setfit_batch_size: int = opt(16, "setfit: pairs per optimizer step in the contrastive phase")
     max_grad_norm: float = opt(1.0, "gradient clipping norm (0: off)")
     eval_steps: int = opt(0, "evaluate every N steps (0: at the end of each epoch)")
     save_steps: int = opt(0, "write a resumable checkpoint every N steps (0: at each evaluation)")
@@ -207,7 +215,11 @@ class TrainArgs(Validated):
         if not 0 <= self.seed < 2**32:  # what numpy's generators take
             raise PtmlabError(f"--seed must be in 0..{2**32 - 1}, got {self.seed}")
         at_least(self, 1, "batch_size", "grad_accum", "eval_batch_size", "adapter_size", "lora_r", "logging_steps")
-        at_least(self, 0, "max_steps", "unfreeze_every", "max_grad_norm", "eval_steps", "save_steps", "early_stopping")
+        at_least(self, 0, "max_steps", "unfreeze_every", "max_grad_norm", "eval_steps", "save_steps", "early_stopping",
+                 "setfit_pairs")
+        at_least(self, 1, "setfit_batch_size")
+        if not self.setfit_lr > 0:
+            raise PtmlabError(f"--setfit-lr must be positive, got {self.setfit_lr}")
         if self.batch_size % self.grad_accum:
             raise PtmlabError(f"--batch-size {self.batch_size} must be a multiple of --grad-accum {self.grad_accum}")
         if not 0 < self.llrd <= 1:

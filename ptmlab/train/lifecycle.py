@@ -164,6 +164,7 @@ def fine_tune(model, tokenizer, data: TaskData, cfg, run: RunDir, *, enc: dict[s
         return metrics
 
     strategy = strategy or make_strategy(cfg)
+    strategy.before_fit(model, enc, cfg, run, pad_id, resume=resume)  # SetFit: its contrastive phase
     cut = None  # the last layer's feed-forward block on position 0 only, for losses that read nothing else
     if getattr(cfg, "first_token_only", False) and loss_module is None and all(
             f is None or getattr(f, "logits_only", False) for f in (loss_fn, evaluator)):

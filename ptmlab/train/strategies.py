@@ -41,6 +41,12 @@ class Strategy:
     def extra_save(self, model, out_dir) -> None:
         """Write strategy-specific files next to the saved model (adapters, LoRA weights)."""
 
+    def check(self, data, model) -> None:
+        """Refuse task data or a model the strategy cannot train (before anything is written)."""
+
+    def before_fit(self, model, enc, cfg, run, pad_id: int, resume: bool = False) -> None:
+        """A phase before the task training, through the same loop (SetFit's contrastive pairs)."""
+
 
 def _unwrap(model):
     return getattr(model, "module", model)
@@ -176,6 +182,27 @@ class Lora(Strategy):
 
     def finalize(self, model):
         return _unwrap(model).merge_and_unload()
+
+
+@STRATEGIES.register("setfit", help="few-shot SetFit: the encoder, mean-pooled, first learns from same-class and "
+                                    "different-class pairs (cosine loss; --setfit-pairs, --setfit-lr), then the head "
+                                    "trains on it frozen; with --max-train-per-class K")
+class SetFit(Frozen):
+    name = "setfit"
+    summary: dict | None = None  # the contrastive phase's numbers, for summary.json
+
+    def check(self, data, model) -> None:
+        from ptmlab.train.setfit import check_setfit
+
+        check_setfit(data, model)
+
+    def before_fit(self, model, enc, cfg, run, pad_id: int, resume: bool = False) -> None:
+        from ptmlab.models.mean_pooling import use_mean_pooling
+        from ptmlab.train.setfit import contrastive_phase
+
+        use_mean_pooling(model)
+        if not resume:  # a checkpoint of the head phase holds the encoder as the contrastive phase left it
+            self.summary = contrastive_phase(model, enc["train"], cfg, run, pad_id)
 
 
 def make_strategy(cfg) -> Strategy:
