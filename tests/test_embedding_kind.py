@@ -72,7 +72,7 @@ def test_layouts_and_score_mapping(data_dir):
     class Cfg:
         task, train_file, dev_file, test_file = "custom", str(data_dir / "scored.jsonl"), None, None
         text_col, text_pair_col, label_col = "text", None, "label"
-        score_min, score_max, corpus_file = 0.0, 5.0, None
+        score_range, corpus_file = "0,5", None
 
     data = load_embedding_task(Cfg())
     train = data.splits["train"]
@@ -219,7 +219,7 @@ def test_triplets_and_gradient_cache_run(data_dir, tmp_path):
 
 def test_scored_run_reports_spearman(data_dir, tmp_path):
     run = ptmlab.finetune("tiny", task_kind="embedding", train_file=str(data_dir / "scored.jsonl"),
-                          output=str(tmp_path / "s"), max_steps=3, batch_size=8, max_length=32, score_max=5.0,
+                          output=str(tmp_path / "s"), max_steps=3, batch_size=8, max_length=32, score_range="0,5",
                           pooling="cls")
     assert run.summary["main_metric"] == "spearman" and set(run.summary["metrics"]) == {"spearman", "pearson"}
     assert json.loads((run.path / "1_Pooling" / "config.json").read_text())["pooling_mode_cls_token"] is True

@@ -33,7 +33,7 @@ class EvaluateConfig(EmbeddingDataArgs, LongArgs, DataArgs):
 _DATA_SOURCE = ("task", "glue_dir", "train_file", "dev_file", "test_file")
 # how a run read its own data: what new files for it are read with unless given
 _READING = ("text_col", "text_pair_col", "label_col", "label_kind", "task_kind", "max_length", "doc_stride",
-            "label_all_subtokens", "score_min", "score_max")
+            "label_all_subtokens", "score_range")
 
 
 def run_data_defaults(model: str, given) -> dict:

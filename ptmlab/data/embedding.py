@@ -6,7 +6,7 @@ Four layouts, recognised by their column names (or named with ``--text-col`` / `
 - pairs: ``anchor``, ``positive``: each anchor's positive is its match; every other positive in the batch is a
   negative (in-batch negatives);
 - triplets: ``anchor``, ``positive``, ``negative``: a hard negative per anchor, added to the in-batch ones;
-- scored pairs: ``sentence1``, ``sentence2``, ``score``: a similarity score in ``[--score-min, --score-max]``
+- scored pairs: ``sentence1``, ``sentence2``, ``score``: a similarity score within ``--score-range LOW,HIGH``
   (STS-B: 0..5), mapped linearly to a cosine target in [0, 1];
 - retrieval (dev data): ``query``, ``positive``: each query's relevant document; the corpus is every positive plus
   the texts of an optional corpus file (``--corpus-file``, one ``text`` column).
@@ -125,7 +125,7 @@ def table_split(table: Table, text_col: str | None = None, pair_col: str | None 
                 raise PtmlabError(f"{table.where}:{line}: score {str(raw)[:40]!r} in '{s}' is not a number") from None
             if not lo <= value <= hi:
                 raise PtmlabError(f"{table.where}:{line}: score {value:g} in '{s}' is outside the stated range "
-                                  f"[{lo:g}, {hi:g}]: fix the row or set --score-min / --score-max")
+                                  f"[{lo:g}, {hi:g}]: fix the row or set --score-range LOW,HIGH")
             out.score.append((value - lo) / (hi - lo))
     return out
 
@@ -155,9 +155,9 @@ def embedding_spec(name: str, dev: EmbeddingSplit | None) -> TaskSpec:
 
 def load_embedding_task(cfg, source=None) -> TaskData:
     """The embedding data ``cfg`` names (files, a data object, or the built-in ``stsb``)."""
-    score_range = (float(getattr(cfg, "score_min", 0.0)), float(getattr(cfg, "score_max", 1.0)))
-    if score_range[0] >= score_range[1]:
-        raise PtmlabError(f"--score-min {score_range[0]:g} must be below --score-max {score_range[1]:g}")
+    from ptmlab.train.embedding_args import parse_score_range
+
+    score_range = parse_score_range(getattr(cfg, "score_range", "0,1"))
     given = {k: getattr(cfg, k, None) for k in ("text_col", "text_pair_col", "label_col")}
     cols = (given["text_col"], given["text_pair_col"], given["label_col"]) if given["text_pair_col"] else \
         (None, None, None)

@@ -11,20 +11,35 @@ from ptmlab.core.errors import PtmlabError
 EMBEDDING_POOLING = ("mean", "cls")
 
 
+def parse_score_range(text: str) -> tuple[float, float]:
+    """``--score-range LOW,HIGH`` as two finite numbers, LOW below HIGH."""
+    import math
+
+    parts = str(text).split(",")
+    try:
+        lo, hi = (float(x) for x in parts) if len(parts) == 2 else (None, None)
+    except ValueError:
+        lo = hi = None
+    if lo is None or not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise PtmlabError(f"--score-range '{text}' must be LOW,HIGH with LOW below HIGH, e.g. 0,5")
+    return lo, hi
+
+
 @dataclass(frozen=True)
 class EmbeddingDataArgs(Validated):
     OPTION_GROUP = "embedding"
 
-    score_min: float = opt(0.0, "embedding kind: the lowest score scored pairs may hold (a score outside "
-                                "[--score-min, --score-max] is an error); scores map linearly to cosine targets "
-                                "in [0, 1] (the built-in stsb uses 0..5)")
-    score_max: float = opt(1.0, "embedding kind: the highest score scored pairs may hold")
+    score_range: str = opt("0,1", "embedding kind: LOW,HIGH: the scores scored pairs may hold (a score outside is an "
+                                  "error; a range may be negative, e.g. -1,1); scores map linearly to cosine targets "
+                                  "in [0, 1] (the built-in stsb uses 0,5)")
     corpus_file: str | None = opt(None, "embedding kind: extra retrieval documents for query/positive dev data (a "
                                         "'text' column), added to the corpus of every positive")
 
     def validate_embedding_data(self) -> None:
-        if not self.score_min < self.score_max:
-            raise PtmlabError(f"--score-min {self.score_min:g} must be below --score-max {self.score_max:g}")
+        parse_score_range(self.score_range)
+
+    def validate(self) -> None:  # a command's own validate calls the checks of the groups it is made of
+        self.validate_embedding_data()
 
 
 @dataclass(frozen=True)
@@ -46,3 +61,6 @@ class EmbeddingTrainArgs(EmbeddingDataArgs):
             raise PtmlabError(f"--similarity-scale must be positive, got {self.similarity_scale}")
         if self.mini_batch_size < 0:
             raise PtmlabError(f"--mini-batch-size must be >= 0 (0: off), got {self.mini_batch_size}")
+
+    def validate(self) -> None:
+        self.validate_embedding()
