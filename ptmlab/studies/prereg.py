@@ -192,6 +192,24 @@ def design(cfg) -> dict:
     return {k: v for k, v in sorted(values.items()) if k not in NOT_DESIGN}
 
 
+def defaults(cfg) -> dict:
+    """Every option of ``cfg``'s study at its declared default, as ``design`` writes it: what an option added to
+    ptmlab after a preregistration means when the run leaves it alone (the behaviour before it existed)."""
+    import dataclasses
+
+    from ptmlab.studies.common import portable
+
+    values = {}
+    for f in dataclasses.fields(cfg):
+        if f.name in NOT_DESIGN:
+            continue
+        if f.default is not dataclasses.MISSING:
+            values[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            values[f.name] = f.default_factory()
+    return portable(json.loads(json.dumps(values, default=str)))
+
+
 def seeds_of(cfg) -> list[int] | None:
     raw = getattr(cfg, "seeds", None)
     if raw:
@@ -299,6 +317,7 @@ def note_start(name: str, cfg, root: Path | None = None, studies=None) -> dict:
 
     root = Path(root) if root is not None else repo_root()
     state: dict = {"study": name, "rule_hash": rule_hash(name, studies), "design": portable(design(cfg)),
+                   "defaults": defaults(cfg),
                    "file": (FOLDER / f"{name}.json").as_posix(), "root": None if root is None else str(root)}
     head = git(root, "rev-parse", "HEAD") if root is not None else None
     if head is None:
@@ -335,22 +354,27 @@ def run_record(state: dict | None, root: Path | None = None) -> dict:
     pre = state.get("preregistered") or {}
     rec = {"file": state.get("file"), "commit": state.get("commit"), "head_at_start": state.get("head_at_start"),
            "rule_hash": state.get("rule_hash"), "preregistered_rule_hash": (pre.get("rule") or {}).get("hash"),
-           "design_matches": _design_differences(pre.get("options"), state.get("design")) == [] if pre else None,
+           "design_matches": _design_differences(pre.get("options"), state.get("design"),
+                                                 state.get("defaults")) == [] if pre else None,
            "data_matches": state.get("data_matches")}
     if state.get("git") is False:
         rec["git"] = False
-    differ = _design_differences(pre.get("options"), state.get("design")) if pre else []
+    differ = _design_differences(pre.get("options"), state.get("design"), state.get("defaults")) if pre else []
     if pre and state.get("data_matches") is False:
         differ.append("data")
         rec["design_matches"] = False
     return {**rec, **status(rec, differ=differ, root=root)}
 
 
-def _design_differences(pre: dict | None, now: dict | None) -> list[str]:
-    """The options whose preregistered value differs from the run's."""
+def _design_differences(pre: dict | None, now: dict | None, default: dict | None = None) -> list[str]:
+    """The options whose preregistered value differs from the run's. An option the preregistration does not name
+    (added to ptmlab after it) differs only when the run sets it to something other than its default (``default``):
+    left at its default it keeps the behaviour the preregistration fixed."""
     if not isinstance(pre, dict) or not isinstance(now, dict):
         return ["options"]
-    return [k for k in sorted(set(pre) | set(now)) if k not in NOT_DESIGN and pre.get(k) != now.get(k)]
+    default = default if isinstance(default, dict) else {}
+    return [k for k in sorted(set(pre) | set(now)) if k not in NOT_DESIGN and pre.get(k) != now.get(k)
+            and not (k not in pre and k in default and now.get(k) == default[k])]
 
 
 def status(rec: dict, current_hash: str | None = None, differ: list[str] | None = None,
