@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from ptmlab.data.loaders import load_task
     from ptmlab.distill import demo_stage  # noqa: F401  (registers the distilled stage)
     from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.optimize import demo_stage as _optimized  # noqa: F401  (registers the optimized stage, full demo)
     from ptmlab.report.run_report import write_run_report
     from ptmlab.train.demo import DemoContext, run_stages, variants_section
 
