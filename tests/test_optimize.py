@@ -271,7 +271,7 @@ def test_bad_input_is_one_line_and_writes_nothing(teacher, tmp_path):
 
 
 @pytest.mark.parametrize("options, needle", [
-    (dict(backends=["openvino"]), "openvino"),
+    (dict(backends=["torch-fp32", "tensorrt"]), "unknown backend 'tensorrt'"),
     (dict(held_out="test"), "no labelled test split"),
     (dict(max_loss=None), "max_loss"),
     (dict(structures=["layers:9"]), "the run has 2"),
@@ -283,3 +283,32 @@ def test_bad_options_through_the_api(teacher, tmp_path, options, needle):
     with pytest.raises(PtmlabError, match=needle):
         ptmlab.optimize(teacher, **{"max_loss": 1, **options}, output=str(out), budget="60s")
     assert not out.exists()
+
+
+def test_openvino_backends_run_and_their_winner_loads_on_openvino(teacher, tmp_path, monkeypatch):
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+    import ptmlab
+    from ptmlab.models.onnx import OvModel
+    from ptmlab.models.zoo import load_model
+
+    out = tmp_path / "ov"
+    run = ptmlab.optimize(teacher, max_loss=100, output=str(out), structures=["source"],
+                          backends=["torch-fp32", "openvino", "openvino-int8"], objective="size", **FAST)
+    rows = {r["backend"]: r for r in run.summary["trials"]}
+    for b in ("openvino", "openvino-int8"):
+        assert rows[b]["status"] == "complete" and 0 <= rows[b]["agreement"] <= 1, rows[b]
+    assert rows["openvino"]["agreement"] == 1.0 and rows["openvino"]["max_abs_logit_diff"] < 1e-3
+    assert rows["openvino-int8"]["size_mb"] < rows["openvino"]["size_mb"]  # int8 weights
+    assert run.summary["winner"]["backend"] == "openvino-int8"  # the smallest
+    assert json.loads((out / "config.json").read_text())["ptmlab_runtime"] == "openvino"
+    assert isinstance(load_model(str(out)), OvModel)  # served and predicted on the runtime it was measured on
+    preds = ptmlab.predict(out, ["the film was excellent"])
+    assert preds[0]["label"] in ("neg", "pos")
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nncf" else real(name, *a))
+    with pytest.raises(PtmlabError, match="needs nncf"):
+        ptmlab.optimize(teacher, max_loss=1, output=str(tmp_path / "no"), backends=["openvino-int8"], budget="60s")
+    assert not (tmp_path / "no").exists()

@@ -24,7 +24,8 @@ from ptmlab.core.errors import PtmlabError
 from ptmlab.core.registry import Registry
 
 BACKENDS: Registry = Registry("backend")
-ONNX_BACKENDS = ("onnx", "onnx-fused", "onnx-int8", "onnx-int8-static")
+OPENVINO_BACKENDS = ("openvino", "openvino-int8")
+ONNX_BACKENDS = ("onnx", "onnx-fused", "onnx-int8", "onnx-int8-static", *OPENVINO_BACKENDS)  # a model.onnx each
 
 
 @dataclass
@@ -246,6 +247,49 @@ def _onnx_int8_static(model, tokenizer, cache: Path, work: Path, calibration) ->
     return Built(_ort(dst, model), dst, {"quantization": "static int8 QDQ: weights int8 per channel, activations "
                                                           "uint8 per tensor (MinMax)", "calibration_rows": len(texts),
                                          "quantized_matmuls": len(nodes)})
+
+
+def _ov(path: Path, model: nn.Module):
+    from ptmlab.models.onnx import OvModel
+
+    return OvModel(path, model.config)
+
+
+@BACKENDS.register("openvino", help="the fp32 ONNX graph on the OpenVINO runtime")
+def _openvino(model, tokenizer, cache: Path, work: Path, calibration) -> Built:
+    path = _place(fp32_onnx(model, cache), work)
+    return Built(_ov(path, model), path, {"runtime": "openvino"})
+
+
+@BACKENDS.register("openvino-int8", help="NNCF's int8 of the fp32 ONNX graph (activations calibrated on training "
+                                         "rows) on the OpenVINO runtime")
+def _openvino_int8(model, tokenizer, cache: Path, work: Path, calibration) -> Built:
+    import nncf
+    import onnx
+
+    from ptmlab.models.loader import model_inputs
+
+    texts, pairs, max_length = calibration
+    names = list(model_inputs(model, {"input_ids": 0, "attention_mask": 0, "token_type_ids": 0}))
+    batches = _Calibration(tokenizer, texts, pairs, names, max_length).batches
+    src = fp32_onnx(model, cache)
+    work.mkdir(parents=True, exist_ok=True)
+    dst = work / "model.onnx"
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    logging.disable(logging.WARNING)
+    try:
+        quantized = nncf.quantize(onnx.load(str(src)), nncf.Dataset(batches), model_type=nncf.ModelType.TRANSFORMER,
+                                  subset_size=len(texts))
+        onnx.save(quantized, str(tmp))
+    except Exception as e:
+        tmp.unlink(missing_ok=True)
+        raise PtmlabError(f"NNCF int8 quantization failed ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:160] if str(e) else ''})") from None
+    finally:
+        logging.disable(logging.NOTSET)
+    tmp.replace(dst)
+    return Built(_ov(dst, model), dst, {"runtime": "openvino", "quantization": "NNCF int8 (transformer preset), "
+                                        "activations calibrated", "calibration_rows": len(texts)})
 
 
 def build(name: str, model, tokenizer, cache: Path, work: Path, calibration) -> Built:

@@ -11,7 +11,9 @@ from ptmlab.train.args import STRATEGY_OPTIONS, TrainArgs
 
 # the inference runtimes a candidate can run on (docs/optimize.md, "Backends")
 BACKENDS = ("torch-fp32", "torch-bf16", "onnx", "onnx-fused", "onnx-int8", "onnx-int8-static")
-NOT_YET = {"openvino": "OpenVINO is not a backend of this version of ptmlab optimize"}
+# on request only (not in the default list): the fp32 ONNX graph on OpenVINO, and NNCF's int8 of it
+OPTIONAL_BACKENDS = {"openvino": ("openvino",), "openvino-int8": ("openvino", "nncf")}
+NOT_YET: dict[str, str] = {}
 OBJECTIVES = ("latency", "throughput", "size")
 HELD_OUT = ("auto", "test", "dev")
 SAMPLERS = ("tpe", "random")
@@ -60,7 +62,8 @@ class OptimizeConfig(TrainArgs):
     budget: str = opt("30m", "time for the search (90s, 20m, 1h); a resumed search gets what is left")
     trials: int = opt(0, "stop after this many trials (0: when the budget or the search space is used up)")
     backends: list[str] = opt(list(BACKENDS), "runtimes to try: " + ", ".join(BACKENDS)
-                              + " (torch-bf16 only where the CPU runs bf16 fast)")
+                              + " (torch-bf16 only where the CPU runs bf16 fast); on request: openvino, "
+                                "openvino-int8 (NNCF)")
     structures: list[str] = opt(["auto"], "structures to try: auto (a default set for the run's size), source, vocab, "
                                           "layers:K (a student of K layers), shrink:layers=L/hidden=H/heads=A/ffn=F "
                                           "(TinyBERT-style), prune:heads=F/ffn=F (recovered by distillation), "
@@ -97,11 +100,19 @@ class OptimizeConfig(TrainArgs):
             raise PtmlabError(f"--held-out '{self.held_out}' is unknown: choose {', '.join(HELD_OUT)}")
         if not self.backends:
             raise PtmlabError(f"--backends is empty: choose from {', '.join(BACKENDS)}")
+        import importlib.util
+
         for b in self.backends:
             if b in NOT_YET:
                 raise PtmlabError(f"backend '{b}': {NOT_YET[b]}; choose from {', '.join(BACKENDS)}")
+            if b in OPTIONAL_BACKENDS:
+                missing = [m for m in OPTIONAL_BACKENDS[b] if importlib.util.find_spec(m) is None]
+                if missing:
+                    raise PtmlabError(f"backend '{b}' needs {' and '.join(missing)}, which is not installed: "
+                                      f"pip install {' '.join(missing)}")
+                continue
             if b not in BACKENDS:
-                raise PtmlabError(f"unknown backend '{b}': choose from {', '.join(BACKENDS)}")
+                raise PtmlabError(f"unknown backend '{b}': choose from {', '.join((*BACKENDS, *OPTIONAL_BACKENDS))}")
         if not self.structures:
             raise PtmlabError("--structures is empty: give auto or structures like source,layers:3")
         from ptmlab.optimize.space import parse_structure

@@ -200,9 +200,19 @@ def _export(ctx, winner: dict, built, tok) -> str:
     for old in ("model.onnx", "model.safetensors"):
         (out / old).unlink(missing_ok=True)
     if built.onnx is not None:
+        import copy
+
+        from ptmlab.models.onnx import RUNTIME_KEY
+        from ptmlab.optimize.backends import OPENVINO_BACKENDS
+
         shutil.copyfile(built.onnx, out / "model.onnx")
-        built.model.config.save_pretrained(out)
+        config = copy.deepcopy(built.model.config)
+        if winner["backend"] in OPENVINO_BACKENDS:  # loaded on the runtime it was measured on
+            setattr(config, RUNTIME_KEY, "openvino")
+        config.save_pretrained(out)
         tok.save_pretrained(out)
+        if winner["backend"] in OPENVINO_BACKENDS:
+            return winner["backend"]
         return "onnx-int8" if "int8" in winner["backend"] else "onnx"
     model = built.model.model if isinstance(built.model, Bf16Model) else built.model
     save_model(model, tok, out)

@@ -391,14 +391,16 @@ class Context:
 
     def candidate(self, s: Structure, backend: str, number: int, rebuild: bool = True):
         """(Built, tokenizer, weights folder) of a trial: built, or reopened from its folder."""
-        from ptmlab.optimize.backends import ONNX_BACKENDS, Bf16Model, Built, build
+        from ptmlab.optimize.backends import ONNX_BACKENDS, OPENVINO_BACKENDS, Bf16Model, Built, build
 
         model, tok, folder = self.structures.get(s)
         work = self.trial_dir(number, s, backend)
         if backend in ONNX_BACKENDS and not rebuild and (work / "model.onnx").is_file():
-            from ptmlab.models.onnx import OrtModel
+            from ptmlab.models.onnx import onnx_runtime_model
 
-            return Built(OrtModel(work / "model.onnx", model.config), work / "model.onnx"), tok, folder
+            runtime = "openvino" if backend in OPENVINO_BACKENDS else "onnxruntime"
+            return Built(onnx_runtime_model(work / "model.onnx", model.config, runtime), work / "model.onnx"), \
+                tok, folder
         if backend == "torch-bf16" and not rebuild:
             return Built(Bf16Model(model), info={"precision": "bf16"}), tok, folder
         if backend == "torch-fp32" and not rebuild:
