@@ -239,6 +239,19 @@ def test_packed_bits_round_trip_and_refuse_what_is_not_a_bit():
     assert back[0] == pytest.approx(0.123457) and math.isnan(back[1])
 
 
+def test_results_keep_packed_records_verbatim():
+    """base64 holds "/": a packed record must not be read as a machine path when results.json is made portable
+    (mostly-correct runs pack to runs of "/" that once came out shortened, and would not unpack)."""
+    from ptmlab.studies.common import portable
+    from ptmlab.studies.evidence import pack_bits, unpack_bits
+
+    rng = np.random.default_rng(1)
+    texts = [pack_bits((rng.random(872) < p).astype(float)) for p in (0.8, 0.9, 0.95, 0.99) for _ in range(50)]
+    assert sum("/" in t for t in texts) > 100  # the case that matters is common
+    kept = portable({"evidence": {"correct": texts}})["evidence"]["correct"]
+    assert kept == texts and all(len(unpack_bits(t)) == 872 for t in kept)
+
+
 def test_a_small_run_carries_the_records_that_give_its_interval_again(tmp_path):
     """layer-ablation at --budget small over two seeds writes each seed's per-example correctness; judged again from
     them, every interval, count and outcome is the run's."""

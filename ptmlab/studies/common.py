@@ -295,9 +295,11 @@ def portable(value, output: str | Path | None = None):
 
     pattern = re.compile(r"(?<![\w.<>+/-])/[A-Za-z_][\w.@+-]*(?:/[\w.@+-]+)+/?")
 
+    from ptmlab.studies.evidence import is_packed
+
     def walk(v):
         if isinstance(v, str):
-            return pattern.sub(lambda m: one(m.group(0)), v) if "/" in v else v
+            return pattern.sub(lambda m: one(m.group(0)), v) if "/" in v and not is_packed(v) else v
         if isinstance(v, dict):
             return {k: walk(x) for k, x in v.items()}
         if isinstance(v, list | tuple):

@@ -17,6 +17,14 @@ import base64
 from collections.abc import Mapping, Sequence
 
 DIGITS = 6  # decimals kept of per-example real values (Kendall taus, TVDs)
+PACKED = r"^\d+:[A-Za-z0-9+/]*={0,2}$"  # what ``pack_bits`` writes: base64 holds "/", which is no path
+
+
+def is_packed(text: str) -> bool:
+    """Whether ``text`` is a ``pack_bits`` record (to be kept verbatim, never read as a path)."""
+    import re
+
+    return re.match(PACKED, text) is not None
 
 
 def pack_bits(values: Sequence[float]) -> str:
