@@ -17,7 +17,7 @@ from tests.conftest import assert_clean_error, run_cli
 from tests.synthetic import tiny_teacher, write_task
 
 FAST = dict(batch=["1", "8"], latency_texts=8, latency_rounds=2, search_rounds=1, calibration_examples=16,
-            epochs=1.0, batch_size=16, lr=3e-3, eval_batch_size=64, budget="300s")
+            epochs=1.0, batch_size=16, lr=3e-3, eval_batch_size=64, budget="1800s")  # ends when all is decided
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def searched(teacher, tmp_path_factory):
     killed = study.ask()
     killed.suggest_categorical("structure", ["source", "layers:1"])
     killed.suggest_categorical("backend", ["torch-fp32", "onnx-int8"])
-    run = ptmlab.optimize(teacher, resume=True, output=str(out), budget="300s")
+    run = ptmlab.optimize(teacher, resume=True, output=str(out), budget="1800s")
     return out, first, first_summary, run
 
 
