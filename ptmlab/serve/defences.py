@@ -1,4 +1,6 @@
-"""The owner's checks over the server's state: flag keys by the query detector, verify a suspect's watermark.
+"""The defences against model extraction: those the server applies to every answer (``ServingDefences``: the output
+policy, the query detector, the watermark) and the owner's checks over the server's state (flag keys by the query
+detector, verify a suspect's watermark).
 
 The store keeps only hashes of the queries it marked, so verification needs the queries themselves from elsewhere:
 a copy's training queries (an extraction run's ``queries.json``), a seized dataset, or any text file, one query per
@@ -8,12 +10,51 @@ line. Each query is hashed as the server hashed it and matched against the recor
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ptmlab.core.errors import PtmlabError
-from ptmlab.serve.state import Store, WatermarkRow, printable_name, text_hash
+from ptmlab.serve.policy import OutputPolicy
+from ptmlab.serve.state import DetectorPolicy, Store, WatermarkRow, printable_name, text_hash
+
+if TYPE_CHECKING:
+    from ptmlab.serve.config import ServeConfig
+    from ptmlab.serve.detector import QueryDetector
+    from ptmlab.serve.watermark import Watermarker
 
 MAX_LAST = 10**9  # queries per key a report reads (SQLite's LIMIT takes at most 2**63)
+
+
+@dataclass
+class ServingDefences:
+    """What the server does against extraction: ``policy`` shapes every answer, ``detector`` scores each query for
+    the audit log (``detector_policy``: when a key's scores throttle or block it), ``watermarker`` answers a
+    fraction of queries with a recorded wrong label. ``None``: that defence is off."""
+    policy: OutputPolicy
+    detector: QueryDetector | None = None
+    detector_policy: DetectorPolicy | None = None
+    watermarker: Watermarker | None = None
+
+    @classmethod
+    def build(cls, cfg: ServeConfig, store: Store, policy: OutputPolicy) -> ServingDefences:
+        out = cls(policy)
+        if cfg.detector:
+            from ptmlab.serve.detector import default_detector
+            from ptmlab.serve.state import state_home
+
+            out.detector = default_detector(getattr(store, "home", None) or state_home())
+            out.detector_policy = DetectorPolicy(cfg.detector_action, cfg.detector_threshold,
+                                                 cfg.detector_min_queries)
+        if cfg.watermark_rate > 0:
+            from ptmlab.serve.watermark import Watermarker
+
+            out.watermarker = Watermarker(store.secret("watermark"), cfg.watermark_rate)
+        return out
+
+    def scores(self, texts: list[str]) -> list[float | None]:
+        """The detector's score of each text (``None`` each with the detector off)."""
+        return self.detector.score(texts) if self.detector else [None] * len(texts)
 
 
 def flag_keys(store: Store, threshold: float = 0.5, last: int = 1000, min_queries: int = 20) -> list[dict]:
