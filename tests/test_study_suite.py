@@ -131,6 +131,26 @@ def test_collect_copies_results_and_plots_only(tmp_path):
         collect(tmp_path / "committed" / "good" / "plots", tmp_path / "x")
 
 
+def test_collect_rounds_the_per_example_values_of_a_record_over_the_limit(tmp_path):
+    """A results.json over 1 MB is committed with its per-example values rounded to evidence.DIGITS decimals (what
+    evidence keeps), the rest untouched; one still over the limit is refused."""
+    import json
+
+    src, dst = tmp_path / "suite", tmp_path / "committed"
+    rows = [{"seed": s, "tau": 1 / 3 + i * 1e-9, "tvd": 2 / 7} for s in range(3) for i in range(6_000)]
+    (src / "big").mkdir(parents=True)
+    (src / "big" / "results.json").write_text(json.dumps({"outcome": "supported", "score": 1 / 3, "examples": rows}))
+    assert (src / "big" / "results.json").stat().st_size > 1_000_000
+    assert collect(src, dst) == ["big"]
+    kept = json.loads((dst / "big" / "results.json").read_text())
+    assert (dst / "big" / "results.json").stat().st_size <= 1_000_000
+    assert kept["examples"][5] == {"seed": 0, "tau": 0.333333, "tvd": 0.285714} and kept["score"] == 1 / 3
+    assert "rounded to 6 decimals" in kept["compacted"] and len(kept["examples"]) == 18_000
+    (src / "big" / "results.json").write_text(json.dumps({"examples": [{"t": "x" * 100}] * 20_000}))
+    with pytest.raises(PtmlabError, match="over the 1,000,000 bytes"):
+        collect(src, dst)
+
+
 def test_reserved_words_are_not_study_names():
     assert not set(SUITE_COMMANDS) & set(load_all().names())
 

@@ -168,11 +168,43 @@ def summary_rows(runs: list[StudyRun]) -> list[dict]:
 MAX_COMMITTED_BYTES = 1_000_000  # per file: committed results stay small (a PNG of a plot is ~50 kB)
 
 
-def _check_size(files: list[Path]) -> None:
-    big = [f for f in files if f.stat().st_size > MAX_COMMITTED_BYTES]
+def _check_size(files: list[Path], sizes: dict[Path, int] | None = None) -> None:
+    big = [f for f in files if (sizes or {}).get(f, f.stat().st_size) > MAX_COMMITTED_BYTES]
     if big:
-        raise PtmlabError(f"'{big[0]}' is {big[0].stat().st_size:,} bytes, over the {MAX_COMMITTED_BYTES:,} "
+        size = (sizes or {}).get(big[0], big[0].stat().st_size)
+        raise PtmlabError(f"'{big[0]}' is {size:,} bytes, over the {MAX_COMMITTED_BYTES:,} "
                           "bytes a committed result may take: make it smaller")
+
+
+PER_EXAMPLE_KEYS = ("examples", "evidence")  # where a record keeps the per-example values its interval reads
+
+
+def _committed_bytes(path: Path) -> bytes:
+    """What ``collect`` commits of a results.json: the file as it is, or, when it is over ``MAX_COMMITTED_BYTES``,
+    with its per-example real values (``PER_EXAMPLE_KEYS``) rounded to ``evidence.DIGITS`` decimals, as ``evidence``
+    keeps them (``rederive`` then recomputes the interval from the rounded values: the same to the last digits)."""
+    data = path.read_bytes()
+    if len(data) <= MAX_COMMITTED_BYTES:
+        return data
+    import json
+
+    from ptmlab.studies.evidence import DIGITS
+
+    def rounded(v):
+        if isinstance(v, float):
+            return round(v, DIGITS)
+        if isinstance(v, dict):
+            return {k: rounded(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [rounded(x) for x in v]
+        return v
+
+    record = json.loads(data)
+    for key in PER_EXAMPLE_KEYS:
+        if key in record:
+            record[key] = rounded(record[key])
+    record["compacted"] = f"per-example values rounded to {DIGITS} decimals when collected"
+    return (json.dumps(record) + "\n").encode()
 
 
 def collect(src: Path, dst: Path, only: list[str] | None = None) -> list[str]:
@@ -192,12 +224,13 @@ def collect(src: Path, dst: Path, only: list[str] | None = None) -> list[str]:
         raise PtmlabError(f"no study results under '{src}' (expected {src}/<study>/results.json)")
     for name in wanted:
         files = [src / name / "results.json"] + sorted((src / name / "plots").glob("*.png"))
-        _check_size(files)
+        content = {f: _committed_bytes(f) if f.name == "results.json" else f.read_bytes() for f in files}
+        _check_size(files, {f: len(b) for f, b in content.items()})
         target = dst / name
         if target.exists():
             shutil.rmtree(target)
         for f in files:
-            atomic_write_bytes(target / f.relative_to(src / name), f.read_bytes())
+            atomic_write_bytes(target / f.relative_to(src / name), content[f])
     return wanted
 
 
