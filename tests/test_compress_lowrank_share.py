@@ -235,14 +235,14 @@ def test_bad_inputs_exit_2(files, tmp_path, capsys, args, needle):
 def test_demo_stages_prune_and_quantize_on_tiny(tmp_path, monkeypatch):
     from ptmlab.commands.demo import DemoConfig
     from ptmlab.compress import demo_stages
-    from ptmlab.compress.demo_stages import _test_metrics, pruned_stage, quantized_stage
+    from ptmlab.compress.demo_stages import pruned_stage, quantized_stage
     from ptmlab.data.loaders import subset
     from ptmlab.models.latency import size_on_disk_mb
     from ptmlab.train.demo import DEMO_STAGES, DemoContext
 
-    split, spec = demo_stages._test_split()
+    split, spec = DemoContext.test_split(None)
     small = subset(split, 300, 0)  # the demo scores the whole test split; 300 tweets keep this test short
-    monkeypatch.setattr(demo_stages, "_test_split", lambda: (small, spec))
+    monkeypatch.setattr(DemoContext, "test_split", lambda self: (small, spec))
     monkeypatch.setattr(demo_stages, "RECOVERY_DEV", 100)
     assert {"pruned", "quantized"} <= set(DEMO_STAGES.names())
     torch.manual_seed(0)
@@ -251,7 +251,7 @@ def test_demo_stages_prune_and_quantize_on_tiny(tmp_path, monkeypatch):
     save_model(base, tok, run)
     base_mb = size_on_disk_mb(run / "model.safetensors")
     ctx = DemoContext(DemoConfig(model="tiny", max_train=64, max_length=32), run, {})
-    fine_tuned = ctx.variant("fine-tuned", base, tok, _test_metrics(base, tok, ctx), run)
+    fine_tuned = ctx.variant("fine-tuned", base, tok, ctx.test_metrics(base, tok), run)
     assert fine_tuned["size_mb"] == round(base_mb, 2)  # its own weights, not the variants the stages nest in run/
     (pruned,) = pruned_stage(ctx)
     # 8 heads, 40% -> ceil(3.2) = 4 removed, each 4 x 64 x 16 weights + 3 x 16 biases
@@ -260,7 +260,7 @@ def test_demo_stages_prune_and_quantize_on_tiny(tmp_path, monkeypatch):
                                                                   "attn_output").in_features // 16
                for i in range(2)) == 4
     (q,) = quantized_stage(ctx)
-    fp32 = _test_metrics(base, tok, ctx)
+    fp32 = ctx.test_metrics(base, tok)
     assert abs(q["accuracy"] - fp32["accuracy"]) <= 0.02 and q["size_mb"] < base_mb
     assert set(pruned) >= {"variant", "accuracy", "macro_f1", "params", "size_mb"}
     # latency: every variant timed side by side at the end, speed-ups against the fine-tuned model

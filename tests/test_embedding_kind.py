@@ -14,7 +14,7 @@ import torch
 
 import ptmlab
 from ptmlab.data.embedding import load_embedding_task
-from ptmlab.distill.retrieval import ranking_metrics
+from ptmlab.data.metrics import ranking_metrics
 from ptmlab.train.embedding import EmbeddingBatches, embedding_loss, loss_from_vectors
 from tests.conftest import GLUE, assert_clean_error, needs_glue, run_cli
 
@@ -116,8 +116,8 @@ def _grads(model, batch, loss_fn) -> tuple[torch.Tensor, dict]:
 def test_gradient_cache_matches_full_batch(data_dir, layout):
     from ptmlab.data.embedding import table_split
     from ptmlab.data.sources import read_file
-    from ptmlab.distill.embeddings import SentenceEncoder
     from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.train.sentence import SentenceEncoder
 
     torch.manual_seed(0)
     model = SentenceEncoder(load_model("tiny", task_head=False), "mean", normalize=True).eval()  # no dropout
@@ -139,8 +139,8 @@ def test_gradient_cache_replays_dropout(data_dir):
     side consumes the random stream as the plain loss does, so both give the same loss and gradients."""
     from ptmlab.data.embedding import table_split
     from ptmlab.data.sources import read_file
-    from ptmlab.distill.embeddings import SentenceEncoder
     from ptmlab.models.zoo import load_model, load_tokenizer
+    from ptmlab.train.sentence import SentenceEncoder
 
     torch.manual_seed(0)
     model = SentenceEncoder(load_model("tiny", task_head=False, dropout=0.3), "mean", normalize=True).train()

@@ -39,7 +39,7 @@ def test_retrieval_accuracy_counts_nearest_neighbours():
 def test_pooling_modes():
     import torch
 
-    from ptmlab.distill.embeddings import pool
+    from ptmlab.train.sentence import pool
 
     states = torch.tensor([[[1.0, 0.0], [3.0, 2.0], [100.0, 100.0]]])
     mask = torch.tensor([[1, 1, 0]])
@@ -51,8 +51,8 @@ def test_pooling_modes():
 def test_minilm_pooling_read_from_its_sentence_transformers_config():
     from pathlib import Path
 
-    from ptmlab.distill.embeddings import read_pooling
     from ptmlab.models.zoo import resolve
+    from ptmlab.train.sentence import read_pooling
 
     assert read_pooling(Path(resolve("minilm")[0])) == ("mean", True, 256)
 
@@ -73,7 +73,7 @@ def test_distill_embeddings_end_to_end(pairs, tmp_path):
 
     # sentence-transformers itself loads the result and encodes exactly as ptmlab does
     st = pytest.importorskip("sentence_transformers")
-    from ptmlab.distill.embeddings import encode_texts, load_sentence_model
+    from ptmlab.train.sentence import encode_texts, load_sentence_model
 
     ours, tok = load_sentence_model(str(out))
     theirs = st.SentenceTransformer(str(out), device="cpu").encode(EN[:4])
@@ -93,8 +93,8 @@ def test_distillation_pulls_translations_together(pairs):
 
     from ptmlab.core.config import build_config
     from ptmlab.core.seed import set_seed
-    from ptmlab.distill.embeddings import encode_texts, load_sentence_model
     from ptmlab.distill.multilingual import EmbedDistillConfig, run_embedding_distill
+    from ptmlab.train.sentence import encode_texts, load_sentence_model
 
     en, de = pairs
     with tempfile.TemporaryDirectory() as d:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 def test_the_optimized_stage_adds_a_row_in_the_full_demo_and_none_in_quick(tmp_path, monkeypatch):
     from ptmlab.commands.demo import DemoConfig
-    from ptmlab.compress import demo_stages
     from ptmlab.data.loaders import load_task
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.optimize import demo_stage
@@ -22,7 +21,7 @@ def test_the_optimized_stage_adds_a_row_in_the_full_demo_and_none_in_quick(tmp_p
     files = write_task(tmp_path / "data", n_train=160, n_dev=80)
     run = Path(tiny_teacher(files, tmp_path / "demo"))  # the demo's run, on a small task so the search is short
     data = load_task("synthetic", None, files["train"], files["dev"])
-    monkeypatch.setattr(demo_stages, "_test_split", lambda: (data.splits["dev"], data.spec))
+    monkeypatch.setattr(DemoContext, "test_split", lambda self: (data.splits["dev"], data.spec))
     small = {"latency_texts": 8, "batch": ["1", "8"], "threads": 1}
     monkeypatch.setattr(demo_stage, "SEARCH", {**demo_stage.SEARCH, **small})
     summary = json.loads((run / "summary.json").read_text())
@@ -31,7 +30,7 @@ def test_the_optimized_stage_adds_a_row_in_the_full_demo_and_none_in_quick(tmp_p
     assert demo_stage.optimized_stage(quick) == [] and not (run / "optimized").exists()
     ctx = DemoContext(config, run, summary)
     base = ctx.variant("fine-tuned", load_model(str(run)), load_tokenizer(str(run)),
-                       demo_stages._test_metrics(load_model(str(run)), load_tokenizer(str(run)), ctx), run)
+                       ctx.test_metrics(load_model(str(run)), load_tokenizer(str(run))), run)
     (row,) = demo_stage.optimized_stage(ctx)
     searched = json.loads((run / "optimized" / "summary.json").read_text())
     w = searched["winner"]

@@ -132,8 +132,8 @@ def _evaluate_embedding(model_name: str, cfg: EvaluateConfig, source) -> dict:
     """An embedding run (or any encoder, pooled as its sentence-transformers config says, else mean) on embedding
     data: scored pairs give Spearman and Pearson of cosine vs gold, other data recall@1/5/10 and MRR."""
     from ptmlab.data.taskdata import load_task_data
-    from ptmlab.distill.embeddings import load_sentence_model
     from ptmlab.train.embedding import embedding_metrics
+    from ptmlab.train.sentence import load_sentence_model
 
     data = load_task_data(cfg, need_train=False, source=source)
     split = data.split(cfg.split)

@@ -108,11 +108,11 @@ class Run:
 
     @cached_property
     def sentence_model(self):
-        """An embedding run's model: encoder, pooling and normalisation (``distill.embeddings.SentenceEncoder``)."""
+        """An embedding run's model: encoder, pooling and normalisation (``train.sentence.SentenceEncoder``)."""
         if not self.is_embedding:
             raise PtmlabError(f"run '{self.path}' holds no sentence embedder: its model answers labels or scores; "
                               f"use predict()")
-        from ptmlab.distill.embeddings import load_sentence_model
+        from ptmlab.train.sentence import load_sentence_model
 
         model, _ = load_sentence_model(str(self.path))
         return model.eval()

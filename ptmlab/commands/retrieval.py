@@ -44,10 +44,10 @@ def run(args: argparse.Namespace) -> int:
     from ptmlab.core.cli_parser import output_file
     from ptmlab.core.io import atomic_write_json
     from ptmlab.core.seed import configure_threads
-    from ptmlab.distill.embeddings import load_sentence_model
     from ptmlab.distill.parallel import pair_files, read_pairs
     from ptmlab.distill.retrieval import evaluate_pairs
     from ptmlab.report.table import print_table
+    from ptmlab.train.sentence import load_sentence_model
 
     configure_threads()
     cfg = resolve_config(RetrievalConfig, args, args.config)

@@ -13,23 +13,6 @@ RECOVERY_EXAMPLES = 1000
 RECOVERY_DEV = 500  # dev tweets the recovery run checks itself on
 
 
-def _test_split():
-    """The tweets test split and task spec (the demo scores every variant on it)."""
-    from ptmlab.data.loaders import load_task
-
-    data = load_task("tweets")
-    return data.splits["test"], data.spec
-
-
-def _test_metrics(model, tokenizer, ctx: DemoContext) -> dict:
-    from ptmlab.data.encode import encode_split
-    from ptmlab.train.evaluate import evaluate
-
-    split, spec = _test_split()
-    enc = encode_split(tokenizer, split, ctx.config.max_length)
-    return evaluate(model, enc, spec, tokenizer.pad_token_id or 0, 128)[0]
-
-
 @DEMO_STAGES.register("pruned", help="40% of attention heads removed (|dL/d gate|), short recovery fine-tuning")
 def pruned_stage(ctx: DemoContext) -> list[dict]:
     from ptmlab.compress.importance import compute_importance
@@ -55,7 +38,7 @@ def pruned_stage(ctx: DemoContext) -> list[dict]:
                                         "output": str(out), "overwrite": True}, source="demo")
     run = RunSession(cfg, "demo").open()
     model, _ = recover(model, tok, load_task_data(cfg), cfg, run, 1.0, test=False)  # scored below
-    return [ctx.variant("pruned 40% heads + recovery", model, tok, _test_metrics(model, tok, ctx), out)]
+    return [ctx.variant("pruned 40% heads + recovery", model, tok, ctx.test_metrics(model, tok), out)]
 
 
 @DEMO_STAGES.register("quantized", help="onnxruntime dynamic int8 of the fine-tuned model")
@@ -69,4 +52,4 @@ def quantized_stage(ctx: DemoContext) -> list[dict]:
     q8 = onnx_int8(fp, out / "model.onnx")
     fp.unlink()
     ort = OrtModel(q8, model.config)
-    return [ctx.variant("onnx int8", ort, tok, _test_metrics(ort, tok, ctx), out)]
+    return [ctx.variant("onnx int8", ort, tok, ctx.test_metrics(ort, tok), out)]

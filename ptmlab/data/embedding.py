@@ -147,6 +147,20 @@ def check_retrieval(split: EmbeddingSplit, where: str) -> None:
         raise PtmlabError(f"{where}: no queries to evaluate retrieval on")
 
 
+def parse_score_range(text: str) -> tuple[float, float]:
+    """``--score-range LOW,HIGH`` as two finite numbers, LOW below HIGH."""
+    import math
+
+    parts = str(text).split(",")
+    try:
+        lo, hi = (float(x) for x in parts) if len(parts) == 2 else (None, None)
+    except ValueError:
+        lo = hi = None
+    if lo is None or not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise PtmlabError(f"--score-range '{text}' must be LOW,HIGH with LOW below HIGH, e.g. 0,5")
+    return lo, hi
+
+
 def embedding_spec(name: str, dev: EmbeddingSplit | None) -> TaskSpec:
     metrics = STS_METRICS if dev is not None and dev.scored else RETRIEVAL_METRICS
     return TaskSpec(name, EMBEDDING, (), metrics, text_col="anchor", pair_col="positive", id_col=None,
@@ -155,8 +169,6 @@ def embedding_spec(name: str, dev: EmbeddingSplit | None) -> TaskSpec:
 
 def load_embedding_task(cfg, source=None) -> TaskData:
     """The embedding data ``cfg`` names (files, a data object, or the built-in ``stsb``)."""
-    from ptmlab.train.embedding_args import parse_score_range
-
     score_range = parse_score_range(getattr(cfg, "score_range", "0,1"))
     given = {k: getattr(cfg, k, None) for k in ("text_col", "text_pair_col", "label_col")}
     cols = (given["text_col"], given["text_pair_col"], given["label_col"]) if given["text_pair_col"] else \

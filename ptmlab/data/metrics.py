@@ -202,3 +202,25 @@ def squad_scores(predictions: list[str], golds: list[list[str]]) -> dict[str, fl
     em = [max(squad_exact(p, g) for g in gs) for p, gs in zip(predictions, golds, strict=True)]
     f1 = [max(squad_token_f1(p, g) for g in gs) for p, gs in zip(predictions, golds, strict=True)]
     return {"exact_match": 100.0 * sum(em) / len(em), "f1": 100.0 * sum(f1) / len(f1)}
+
+
+def ranking_metrics(query_vec: np.ndarray, doc_vec: np.ndarray, relevant: list[int],
+                    ks: tuple[int, ...] = (1, 5, 10)) -> dict:
+    """Recall@k and MRR of nearest-neighbour search on normalised vectors: query i's relevant document is
+    ``doc_vec[relevant[i]]``; its rank is one plus the number of documents scored strictly above it."""
+    sim = query_vec @ doc_vec.T
+    gold = sim[np.arange(len(query_vec)), relevant]
+    rank = (sim > gold[:, None]).sum(1) + 1
+    out = {"mrr": float((1.0 / rank).mean())}
+    out.update({f"recall@{k}": float((rank <= k).mean()) for k in ks})
+    return out
+
+
+def cosine_correlations(a: np.ndarray, b: np.ndarray, gold: list[float]) -> dict:
+    """Spearman and Pearson correlation of cosine(a_i, b_i) (normalised rows) with the gold scores."""
+    from scipy.stats import pearsonr, spearmanr
+
+    cos = (a * b).sum(1)
+    if len(cos) < 2 or np.ptp(np.asarray(gold, dtype=np.float64)) == 0:
+        return {"spearman": float("nan"), "pearson": float("nan")}
+    return {"spearman": float(spearmanr(cos, gold).statistic), "pearson": float(pearsonr(cos, gold).statistic)}

@@ -239,7 +239,6 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill", resu
     from ptmlab.data.encode import encode_split
     from ptmlab.distill.cache import Shapes, check_fits, teacher_outputs
     from ptmlab.distill.domains import load_domains, resolve_domains
-    from ptmlab.distill.embeddings import SentenceEncoder, encode_texts
     from ptmlab.distill.features import FeatureTap
     from ptmlab.distill.matches import ModelInfo
     from ptmlab.distill.multilingual import device
@@ -251,6 +250,7 @@ def run_meta_distill(cfg: MetaDistillConfig, command: str = "meta-distill", resu
     from ptmlab.models.zoo import load_model, load_tokenizer
     from ptmlab.train.evaluate import evaluate, predict_logits
     from ptmlab.train.lifecycle import encode_task, fine_tune, finish_run, mark_stage, prepare_run
+    from ptmlab.train.sentence import SentenceEncoder, encode_texts
 
     if not cfg.student.startswith(("layers:", "shrink:")):
         raise PtmlabError(f"student '{cfg.student}' is not built from the meta-teacher: use layers:K or shrink:...")

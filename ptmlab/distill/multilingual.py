@@ -81,13 +81,14 @@ def run_embedding_distill(cfg: EmbedDistillConfig, command: str = "distill-embed
     from ptmlab.data.loaders import Split, TaskData
     from ptmlab.data.tasks import TaskSpec
     from ptmlab.distill.cache import Shapes, check_fits, teacher_outputs
-    from ptmlab.distill.embeddings import encode_texts, load_sentence_model, pooling_fingerprint, save_sentence_model
+    from ptmlab.distill.embeddings import pooling_fingerprint
     from ptmlab.distill.losses import load_losses
     from ptmlab.distill.parallel import pair_files, read_pairs
     from ptmlab.distill.retrieval import retrieval_accuracy
     from ptmlab.models.loader import model_inputs
     from ptmlab.report.run_report import write_run_report
     from ptmlab.train.lifecycle import fine_tune, prepare_run
+    from ptmlab.train.sentence import encode_texts, load_sentence_model, save_sentence_model
 
     session = prepare_run(cfg, command)
     sets = [read_pairs(s, t, cfg.max_pairs or None) for s, t in pair_files(cfg.pairs)]

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ptmlab.distill.embeddings import SentenceEncoder, encode_texts
+from ptmlab.data.metrics import cosine_correlations, ranking_metrics  # noqa: F401 (retrieval's own metrics)
 from ptmlab.distill.parallel import Pairs
+from ptmlab.train.sentence import SentenceEncoder, encode_texts
 
 
 def retrieval_hits(src_vec: np.ndarray, tgt_vec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -45,25 +46,3 @@ def sts_spearman(model: SentenceEncoder, tokenizer, first: list[str], second: li
     a = encode_texts(model, tokenizer, first, max_length, batch_size)
     b = encode_texts(model, tokenizer, second, max_length, batch_size)
     return float(spearmanr((a * b).sum(1), gold).statistic)
-
-
-def ranking_metrics(query_vec: np.ndarray, doc_vec: np.ndarray, relevant: list[int],
-                    ks: tuple[int, ...] = (1, 5, 10)) -> dict:
-    """Recall@k and MRR of nearest-neighbour search on normalised vectors: query i's relevant document is
-    ``doc_vec[relevant[i]]``; its rank is one plus the number of documents scored strictly above it."""
-    sim = query_vec @ doc_vec.T
-    gold = sim[np.arange(len(query_vec)), relevant]
-    rank = (sim > gold[:, None]).sum(1) + 1
-    out = {"mrr": float((1.0 / rank).mean())}
-    out.update({f"recall@{k}": float((rank <= k).mean()) for k in ks})
-    return out
-
-
-def cosine_correlations(a: np.ndarray, b: np.ndarray, gold: list[float]) -> dict:
-    """Spearman and Pearson correlation of cosine(a_i, b_i) (normalised rows) with the gold scores."""
-    from scipy.stats import pearsonr, spearmanr
-
-    cos = (a * b).sum(1)
-    if len(cos) < 2 or np.ptp(np.asarray(gold, dtype=np.float64)) == 0:
-        return {"spearman": float("nan"), "pearson": float("nan")}
-    return {"spearman": float(spearmanr(cos, gold).statistic), "pearson": float(pearsonr(cos, gold).statistic)}

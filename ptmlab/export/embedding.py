@@ -34,15 +34,17 @@ def parity_sentences(source: str, limit: int) -> list[str]:
         import contextlib
         import io
 
-        from ptmlab.api.evaluation import EvaluateConfig, run_data_defaults
+        from ptmlab.core.rundir import RunDir
         from ptmlab.data.taskdata import load_task_data
+        from ptmlab.export.parity import parity_data_args
 
-        with contextlib.redirect_stderr(io.StringIO()):  # its note on which task is read again
-            defaults = run_data_defaults(source, {})
-        if defaults.get("task_kind") == "embedding":
-            cfg = EvaluateConfig(**{k: v for k, v in defaults.items() if k in EvaluateConfig.__dataclass_fields__})
-            dev = load_task_data(cfg, need_train=False).split("dev")
-            texts = list(dict.fromkeys([*dev.anchor, *dev.positive]))
+        recorded = RunDir(source).read_config() if (Path(source) / "config.yaml").is_file() else {}
+        if recorded.get("task_kind") == "embedding":
+            with contextlib.redirect_stderr(io.StringIO()):  # its note when the run's data cannot be read again
+                cfg = parity_data_args(source, None, {}, 0)
+            if cfg.task_kind == "embedding":
+                dev = load_task_data(cfg, need_train=False).split("dev")
+                texts = list(dict.fromkeys([*dev.anchor, *dev.positive]))
     except (PtmlabError, OSError, TypeError, ValueError):
         texts = []
     texts = texts[:limit] if limit else texts
@@ -53,9 +55,9 @@ def export_embedding(cfg, source: str, out: Path) -> dict:
     """Write ``source``'s sentence embedder into ``out`` (sentence-transformers layout) with its parity check."""
     import numpy as np
 
-    from ptmlab.distill.embeddings import load_sentence_model, save_sentence_model
     from ptmlab.report.model_card import write_model_card
     from ptmlab.train.embedding import embed_texts
+    from ptmlab.train.sentence import load_sentence_model, save_sentence_model
 
     if cfg.format != "transformers":
         raise PtmlabError(f"--format {cfg.format} is not available for a sentence embedder: use --format transformers "
@@ -109,8 +111,8 @@ def exported_vectors(path: Path, texts: list[str], length: int):
         import sentence_transformers
         from sentence_transformers import SentenceTransformer
     except ImportError:
-        from ptmlab.distill.embeddings import load_sentence_model
         from ptmlab.train.embedding import embed_texts
+        from ptmlab.train.sentence import load_sentence_model
 
         model, tok = load_sentence_model(str(path))
         return embed_texts(model.eval(), tok, texts, length), "ptmlab"

@@ -21,7 +21,6 @@ def optimized_stage(ctx: DemoContext) -> list[dict]:
         print("  left out of --quick (a search scores every candidate on the whole dev split): run the full demo")
         return []
     import ptmlab
-    from ptmlab.compress.demo_stages import _test_metrics
     from ptmlab.core.errors import PtmlabError
     from ptmlab.core.extras import require_extra
     from ptmlab.models.zoo import load_model, load_tokenizer
@@ -37,4 +36,4 @@ def optimized_stage(ctx: DemoContext) -> list[dict]:
     w = run.summary["winner"]
     model, tok = load_model(str(out)).eval(), load_tokenizer(str(out))
     name = f"optimized: {w['structure']} on {w['backend']}"
-    return [ctx.variant(name, model, tok, _test_metrics(model, tok, ctx), out)]
+    return [ctx.variant(name, model, tok, ctx.test_metrics(model, tok), out)]

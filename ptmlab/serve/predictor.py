@@ -78,7 +78,7 @@ class Predictor:
 
         self.embedding = is_embedding_dir(path)  # a sentence embedder: a vector per text
         if self.embedding:
-            from ptmlab.distill.embeddings import load_sentence_model
+            from ptmlab.train.sentence import load_sentence_model
 
             self.model = load_sentence_model(str(path))[0]
         else:

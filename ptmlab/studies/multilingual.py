@@ -125,9 +125,9 @@ class MultilingualStudyArgs(StudyBase):
 
 
 def _retrieval(model: str, a: MultilingualStudyArgs) -> list[dict]:
-    from ptmlab.distill.embeddings import load_sentence_model
     from ptmlab.distill.parallel import pair_files, read_pairs
     from ptmlab.distill.retrieval import evaluate_pairs
+    from ptmlab.train.sentence import load_sentence_model
 
     m, tok = load_sentence_model(model)
     return [evaluate_pairs(m, tok, read_pairs(s, t, a.eval_pairs), a.max_length)
@@ -136,8 +136,8 @@ def _retrieval(model: str, a: MultilingualStudyArgs) -> list[dict]:
 
 def _sts(model: str, a: MultilingualStudyArgs) -> float | None:
     from ptmlab.data.loaders import load_task
-    from ptmlab.distill.embeddings import load_sentence_model
     from ptmlab.distill.retrieval import sts_spearman
+    from ptmlab.train.sentence import load_sentence_model
 
     try:
         dev = load_task("stsb").splits["dev"]
@@ -173,7 +173,7 @@ def fixed_teacher(teacher: str, seed: int, out: Path) -> str:
     path = out / "teacher"
     if not (path / "config.json").is_file():
         from ptmlab.core.seed import set_seed
-        from ptmlab.distill.embeddings import load_sentence_model, save_sentence_model
+        from ptmlab.train.sentence import load_sentence_model, save_sentence_model
 
         set_seed(seed)
         model, tok = load_sentence_model(teacher)

@@ -36,6 +36,22 @@ class DemoContext:
     def output(self) -> Path:
         return self.run_dir
 
+    def test_split(self):
+        """The tweets test split and task spec: every variant of the demo is scored on it."""
+        from ptmlab.data.loaders import load_task
+
+        data = load_task("tweets")
+        return data.splits["test"], data.spec
+
+    def test_metrics(self, model, tokenizer) -> dict:
+        """A variant's metrics on ``test_split``."""
+        from ptmlab.data.encode import encode_split
+        from ptmlab.train.evaluate import evaluate
+
+        split, spec = self.test_split()
+        enc = encode_split(tokenizer, split, self.config.max_length)
+        return evaluate(model, enc, spec, tokenizer.pad_token_id or 0, 128)[0]
+
     def variant(self, name: str, model, tokenizer, metrics: dict, model_dir: Path | None = None) -> dict:
         """One variant's row (test metrics, parameters, size); its latencies are filled in by ``time_variants``
         once every variant exists, so that all are timed side by side."""

@@ -2,7 +2,7 @@
 
 It plugs into the one lifecycle (``prepare_run`` -> ``fine_tune`` -> ``finish_run``) with three parts:
 
-- the model: ``SentenceEncoder`` (``distill/embeddings.py``): the encoder, mean or cls pooling, L2 normalisation;
+- the model: ``SentenceEncoder`` (``train/sentence.py``): the encoder, mean or cls pooling, L2 normalisation;
   saved in the sentence-transformers layout, so a run directory loads in ``SentenceTransformer(RUN)``;
 - the loss (``embedding_loss``), one value per anchor as the loop expects:
   pairs and triplets: in-batch negatives (MultipleNegativesRanking): cross-entropy over
@@ -136,8 +136,8 @@ def _cached_loss(model, batch: dict, keys: list[str], score, scale: float, m: in
 
 def build_embedding_model(cfg):
     """``cfg.model``'s encoder with ``cfg.pooling`` and normalised vectors."""
-    from ptmlab.distill.embeddings import SentenceEncoder
     from ptmlab.models.zoo import load_model, with_revision
+    from ptmlab.train.sentence import SentenceEncoder
 
     encoder = load_model(with_revision(cfg.model, getattr(cfg, "revision", None)), task_head=False,
                          dropout=getattr(cfg, "dropout", None), random_init=getattr(cfg, "random_init", False))
@@ -150,8 +150,8 @@ def embedding_metrics(model, tokenizer, split, max_length: int = 128, batch_size
     of its relevant document)."""
     import numpy as np
 
-    from ptmlab.distill.embeddings import encode_texts
-    from ptmlab.distill.retrieval import cosine_correlations, ranking_metrics
+    from ptmlab.data.metrics import cosine_correlations, ranking_metrics
+    from ptmlab.train.sentence import encode_texts
 
     was_training = model.training
     try:

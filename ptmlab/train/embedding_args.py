@@ -7,22 +7,9 @@ from dataclasses import dataclass
 
 from ptmlab.core.config import Validated, opt
 from ptmlab.core.errors import PtmlabError
+from ptmlab.data.embedding import parse_score_range
 
 EMBEDDING_POOLING = ("mean", "cls")
-
-
-def parse_score_range(text: str) -> tuple[float, float]:
-    """``--score-range LOW,HIGH`` as two finite numbers, LOW below HIGH."""
-    import math
-
-    parts = str(text).split(",")
-    try:
-        lo, hi = (float(x) for x in parts) if len(parts) == 2 else (None, None)
-    except ValueError:
-        lo = hi = None
-    if lo is None or not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-        raise PtmlabError(f"--score-range '{text}' must be LOW,HIGH with LOW below HIGH, e.g. 0,5")
-    return lo, hi
 
 
 @dataclass(frozen=True)

@@ -279,9 +279,9 @@ def predict_config(run_dir: str, cfg: PredictConfig, source=None) -> list[dict]:
 
 def _predict_embeddings(run_dir: str, cfg: PredictConfig, run_cfg: dict, text_col: str, source, out_file) -> list[dict]:
     """``{"embedding": [...]}`` per text of ``cfg.input`` (its text column) or ``source``: single texts only."""
-    from ptmlab.distill.embeddings import load_sentence_model
     from ptmlab.train.embedding import embed_texts, embedding_predictions
     from ptmlab.train.evaluate import resolve_precision
+    from ptmlab.train.sentence import load_sentence_model
 
     if cfg.text_pair_col:
         raise PtmlabError("an embedding model embeds one text at a time: drop --text-pair-col")

@@ -119,13 +119,6 @@ def load_sentence_model(name: str, pooling: str | None = None) -> tuple[Sentence
     return SentenceEncoder(encoder, pooling or mode, normalize, max_len), load_tokenizer(name)
 
 
-def pooling_fingerprint(model: SentenceEncoder) -> str:
-    """The teacher-cache key part of a sentence model: weights and config, pooling and normalisation."""
-    from ptmlab.distill.teacher import fingerprint
-
-    return f"{fingerprint(model)}|{model.describe()}"
-
-
 @torch.no_grad()
 def encode_texts(model: SentenceEncoder, tokenizer, texts: list[str], max_length: int = 128,
                  batch_size: int = 128, normalize: bool = True) -> np.ndarray:
