@@ -88,11 +88,12 @@ def run_setfit_package(args, k: int, seed: int) -> dict:
     train, dev = data.splits["train"], data.splits["dev"]
     start = time.perf_counter()
     model = SetFitModel.from_pretrained(resolve(args.model)[0])
-    targs = TrainingArguments(batch_size=16, num_iterations=20, num_epochs=1, seed=seed, report_to="none",
-                              show_progress_bar=False)
-    trainer = Trainer(model=model, args=targs, train_dataset=Dataset.from_dict({"text": train.text,
-                                                                                "label": train.label}))
-    trainer.train()
+    with tempfile.TemporaryDirectory(prefix="setfit-") as scratch:  # its checkpoints, never the working folder
+        targs = TrainingArguments(output_dir=scratch, batch_size=16, num_iterations=20, num_epochs=1, seed=seed,
+                                  report_to="none", show_progress_bar=False)
+        trainer = Trainer(model=model, args=targs, train_dataset=Dataset.from_dict({"text": train.text,
+                                                                                    "label": train.label}))
+        trainer.train()
     preds = np.asarray(model.predict(dev.text))
     acc = float((preds == np.asarray(dev.label)).mean())
     return {"accuracy": acc, "seconds": round(time.perf_counter() - start, 1)}
