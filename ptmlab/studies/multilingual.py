@@ -18,7 +18,7 @@ one with the highest mean retrieval accuracy on the development sets (Multi30k v
 pairs; with one student or no development set, the first of --students). Per seed and per reported set (German and
 French held-out news sentences) and direction, its gain is its retrieval accuracy minus the undistilled teacher's, in
 points, and its English change is its STS-B dev Spearman minus the teacher's; each gets a 95% interval over
-seeds (the gains: seeds, then sentences).
+seeds (the gains: a bootstrap over seeds, then sentences, from the per-sentence hits).
 Supported when every gain's interval lies above +20 points and the English change's one-sided 95% lower bound above
 -0.03 (non-inferiority); not supported when any gain's interval lies below +20 points or the English change's
 one-sided 95% upper bound below -0.03; inconclusive otherwise, with one seed (--budget small), or without STS-B data
