@@ -72,6 +72,21 @@ def read_jsonl(path: str | Path) -> list[dict]:
     return rows
 
 
+def replace_folder(tmp: str | Path, out: str | Path) -> None:
+    """Put the finished folder ``tmp`` at ``out``: an existing ``out`` is moved aside first and removed only once
+    ``tmp`` stands in its place, so a failure never leaves ``out`` half written or gone."""
+    import shutil
+
+    tmp, out = Path(tmp), Path(out)
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        out.rename(old / "export")
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(out)
+
+
 def atomic_save_file(tensors: dict, path: str | Path, metadata: dict | None = None) -> None:
     """Save tensors as safetensors atomically."""
     from safetensors.torch import save

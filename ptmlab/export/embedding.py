@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from ptmlab.core.errors import PtmlabError
-from ptmlab.core.io import atomic_write_json
+from ptmlab.core.io import atomic_write_json, replace_folder
 
 SENTENCES = (
     "A man is playing a guitar on the street.", "The cat sleeps on the warm windowsill.",
@@ -92,13 +92,7 @@ def export_embedding(cfg, source: str, out: Path) -> dict:
             f"model = SentenceTransformer('{out.name}')",
             "vectors = model.encode(['A first sentence.', 'Another one.'])",
             "```", ""]), encoding="utf-8")
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            out.rename(old / "export")
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
+        replace_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ptmlab.core.config import Validated, at_least, opt
 from ptmlab.core.errors import PtmlabError
-from ptmlab.core.io import atomic_write_json
+from ptmlab.core.io import atomic_write_json, replace_folder
 from ptmlab.data.tasks import TASK_KINDS
 
 FORMATS = ("transformers", "onnx", "onnx-int8", "torch-int8")
@@ -250,13 +250,7 @@ def export_model(cfg: ExportConfig) -> dict:
         info = {"format": cfg.format, "source": str(cfg.model), **info, "parity": parity, "output": str(out)}
         atomic_write_json(tmp / "parity.json", parity)
         write_model_card(tmp, source=source, export=info)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            out.rename(old / "export")
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
+        replace_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
