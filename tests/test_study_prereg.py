@@ -290,7 +290,7 @@ def test_forest_plot_shows_every_claim_and_its_status(tmp_path):
     html_text = page.read_text(encoding="utf-8")
     assert html_text.index("<svg") < html_text.index("<table>")  # the picture opens the page
     if find_chromium() is None:
-        pytest.skip("no chromium here")
+        pytest.skip("Chromium is not installed here (bash scripts/setup.sh --test installs it)")
     with open_page(page, tmp_path / "profile") as browser:
         drawn = browser.evaluate("document.querySelectorAll('div.forest svg text.forest-row').length")
         box = json.loads(browser.evaluate("JSON.stringify(document.querySelector('div.forest svg')"
